@@ -1,0 +1,1042 @@
+//! Generates the JSON test vectors in `letus-verify/vectors/` from the reference model.
+//!
+//! `cargo run -p letus-verify --example gen_vectors --features reference` rewrites the files; they are
+//! checked in, and `tests/vectors.rs` (Rust), `tools/check_vectors.py` (an independent Python implementation)
+//! and the JS package all check them. Regenerating must leave them unchanged unless SPEC.md changed.
+
+use std::path::PathBuf;
+
+use letus_verify::export::{encode_record, encode_trailer, ExportHeader};
+use letus_verify::hash::{history_leaf, value_hash};
+use letus_verify::hex::encode as hex;
+use letus_verify::proof::Record;
+use letus_verify::reference::ReferenceTrie;
+use letus_verify::{Digest, DigestChecker, Hash, HistoryTree, KeyPath, Proof, EMPTY};
+use serde_json::{json, Value};
+
+fn key(i: u32) -> Vec<u8> {
+    format!("account-{i:05}").into_bytes()
+}
+
+fn val(i: u32) -> Vec<u8> {
+    format!("balance:{}", i * 7919 % 100_000).into_bytes()
+}
+
+/// Finds a key (after `start`) whose path shares at least `nibbles` leading nibbles with `target`.
+fn key_near(target: &KeyPath, nibbles: usize, start: u32) -> Vec<u8> {
+    (start..)
+        .map(|i| format!("near-{i}").into_bytes())
+        .find(|k| KeyPath::of(k).lcp(target) >= nibbles)
+        .expect("search is unbounded")
+}
+
+fn file(kind: &str, description: &str, cases: Vec<Value>) -> Value {
+    json!({"spec": "letus-verify/1", "kind": kind, "description": description, "cases": cases})
+}
+
+fn roots() -> Vec<Value> {
+    let mut sets: Vec<(&str, Vec<(Vec<u8>, Vec<u8>)>)> = vec![
+        ("empty trie", vec![]),
+        ("one key", vec![(b"alice".to_vec(), b"50".to_vec())]),
+        ("one key, empty value", vec![(b"alice".to_vec(), vec![])]),
+        ("empty key", vec![(vec![], b"x".to_vec())]),
+        (
+            "two keys",
+            vec![
+                (b"alice".to_vec(), b"50".to_vec()),
+                (b"bob".to_vec(), b"30".to_vec()),
+            ],
+        ),
+        ("sixteen keys", (0..16).map(|i| (key(i), val(i))).collect()),
+        (
+            "two hundred keys",
+            (0..200).map(|i| (key(i), val(i))).collect(),
+        ),
+    ];
+    let a = b"chain-a".to_vec();
+    let b = key_near(&KeyPath::of(&a), 4, 0);
+    sets.push((
+        "two keys sharing four nibbles (a chain of branches)",
+        vec![(a.clone(), b"1".to_vec()), (b, b"2".to_vec())],
+    ));
+    let c = key_near(&KeyPath::of(&a), 3, 1_000_000);
+    sets.push((
+        "chain plus a third key",
+        vec![
+            (a, b"1".to_vec()),
+            (c, b"3".to_vec()),
+            (b"zed".to_vec(), b"4".to_vec()),
+        ],
+    ));
+    sets.into_iter()
+        .map(|(name, pairs)| {
+            let t = ReferenceTrie::from_pairs(pairs.iter().map(|(k, v)| (k, v)));
+            json!({
+                "name": name,
+                "pairs": pairs.iter().map(|(k, v)| json!({"key": hex(k), "value": hex(v)})).collect::<Vec<_>>(),
+                "paths": pairs.iter().map(|(k, _)| KeyPath::of(k).as_hash().to_hex()).collect::<Vec<_>>(),
+                "value_hashes": pairs.iter().map(|(_, v)| value_hash(v).to_hex()).collect::<Vec<_>>(),
+                "root": t.root().to_hex(),
+            })
+        })
+        .collect()
+}
+
+fn claims_json(claims: &[(Vec<u8>, Option<Vec<u8>>)]) -> Value {
+    claims
+        .iter()
+        .map(|(k, v)| json!({"key": hex(k), "value": v.as_ref().map(|v| hex(v))}))
+        .collect()
+}
+
+fn proof_case(
+    name: &str,
+    root: &Hash,
+    claims: &[(Vec<u8>, Option<Vec<u8>>)],
+    proof: &Proof,
+    error: Option<&str>,
+) -> Value {
+    proof_case_bytes(
+        name,
+        root,
+        claims,
+        &proof.encode(),
+        Some(serde_json::to_value(proof.to_json_value()).expect("json")),
+        error,
+    )
+}
+
+fn proof_case_bytes(
+    name: &str,
+    root: &Hash,
+    claims: &[(Vec<u8>, Option<Vec<u8>>)],
+    bytes: &[u8],
+    proof_json: Option<Value>,
+    error: Option<&str>,
+) -> Value {
+    let mut c = json!({"name": name, "root": root.to_hex(), "claims": claims_json(claims), "proof": hex(bytes)});
+    if let Some(j) = proof_json {
+        c["proof_json"] = j;
+    }
+    match error {
+        None => c["valid"] = json!(true),
+        Some(code) => c["error"] = json!(code),
+    }
+    c
+}
+
+fn present(k: &[u8], v: &[u8]) -> (Vec<u8>, Option<Vec<u8>>) {
+    (k.to_vec(), Some(v.to_vec()))
+}
+
+fn absent(k: &[u8]) -> (Vec<u8>, Option<Vec<u8>>) {
+    (k.to_vec(), None)
+}
+
+fn proofs() -> Vec<Value> {
+    let mut cases = Vec::new();
+    let chain_a = b"chain-a".to_vec();
+    let chain_b = key_near(&KeyPath::of(&chain_a), 4, 0);
+    let mut t = ReferenceTrie::from_pairs((0..60).map(|i| (key(i), val(i))));
+    t.insert(&chain_a, b"deep-a");
+    t.insert(&chain_b, b"deep-b");
+    let root = t.root();
+    let k7 = key(7);
+    let v7 = val(7);
+
+    // Positive cases.
+    for i in [0u32, 7, 33] {
+        let p = t.prove(&[&key(i)]);
+        cases.push(proof_case(
+            &format!("inclusion of {}", String::from_utf8_lossy(&key(i))),
+            &root,
+            &[present(&key(i), &val(i))],
+            &p,
+            None,
+        ));
+    }
+    cases.push(proof_case(
+        "inclusion of a deep key below a chain of branches",
+        &root,
+        &[present(&chain_a, b"deep-a")],
+        &t.prove(&[&chain_a]),
+        None,
+    ));
+    // Absent keys: find one that ends on an empty slot and one that ends on another leaf.
+    let mut found_empty = false;
+    let mut found_other = false;
+    for i in 0..10_000u32 {
+        let k = format!("missing-{i}").into_bytes();
+        let p = t.prove(&[&k]);
+        match p.records.last() {
+            Some(Record::Empty) if !found_empty => {
+                found_empty = true;
+                cases.push(proof_case(
+                    "exclusion ending on an empty slot",
+                    &root,
+                    &[absent(&k)],
+                    &p,
+                    None,
+                ));
+            }
+            Some(Record::OtherLeaf { .. }) if !found_other => {
+                found_other = true;
+                cases.push(proof_case(
+                    "exclusion ending on another key's leaf",
+                    &root,
+                    &[absent(&k)],
+                    &p,
+                    None,
+                ));
+            }
+            _ => {}
+        }
+        if found_empty && found_other {
+            break;
+        }
+    }
+    let batch: Vec<(Vec<u8>, Option<Vec<u8>>)> = vec![
+        present(&key(3), &val(3)),
+        absent(b"missing-a"),
+        present(&key(41), &val(41)),
+        present(&chain_b, b"deep-b"),
+        absent(b"missing-b"),
+        present(&chain_a, b"deep-a"),
+    ];
+    let keys: Vec<&[u8]> = batch.iter().map(|(k, _)| k.as_slice()).collect();
+    let multi = t.prove(&keys);
+    cases.push(proof_case(
+        "multi-proof of six keys, present and absent",
+        &root,
+        &batch,
+        &multi,
+        None,
+    ));
+    let all: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..60).map(|i| present(&key(i), &val(i))).collect();
+    let all_keys: Vec<&[u8]> = all.iter().map(|(k, _)| k.as_slice()).collect();
+    cases.push(proof_case(
+        "multi-proof of sixty keys",
+        &root,
+        &all,
+        &t.prove(&all_keys),
+        None,
+    ));
+
+    let empty = ReferenceTrie::new();
+    cases.push(proof_case(
+        "exclusion in the empty trie",
+        &EMPTY,
+        &[absent(b"alice")],
+        &empty.prove(&[b"alice"]),
+        None,
+    ));
+    let single = ReferenceTrie::from_pairs([(b"alice", b"50")]);
+    cases.push(proof_case(
+        "inclusion in a one-key trie (the root is the leaf)",
+        &single.root(),
+        &[present(b"alice", b"50")],
+        &single.prove(&[b"alice"]),
+        None,
+    ));
+    cases.push(proof_case(
+        "exclusion in a one-key trie",
+        &single.root(),
+        &[absent(b"bob")],
+        &single.prove(&[b"bob"]),
+        None,
+    ));
+
+    // Negative cases: each names the error code SPEC.md §5.3 gives first.
+    let p7 = t.prove(&[&k7]);
+    let b7 = p7.encode();
+    cases.push(proof_case(
+        "wrong value",
+        &root,
+        &[present(&k7, b"balance:999999")],
+        &p7,
+        Some("root_mismatch"),
+    ));
+    cases.push(proof_case(
+        "wrong root",
+        &value_hash(b"another root"),
+        &[present(&k7, &v7)],
+        &p7,
+        Some("root_mismatch"),
+    ));
+    cases.push(proof_case(
+        "present key claimed absent",
+        &root,
+        &[absent(&k7)],
+        &p7,
+        Some("expected_absent"),
+    ));
+    let pm = t.prove(&[b"missing-a"]);
+    cases.push(proof_case(
+        "absent key claimed present",
+        &root,
+        &[present(b"missing-a", b"1")],
+        &pm,
+        Some("expected_present"),
+    ));
+    cases.push(proof_case(
+        "proof for another key",
+        &root,
+        &[present(&key(8), &val(8))],
+        &p7,
+        Some("root_mismatch"),
+    ));
+    let mut tampered = b7.clone();
+    tampered[5] ^= 0x01; // inside the first sibling hash of the root branch
+    cases.push(proof_case_bytes(
+        "tampered sibling hash",
+        &root,
+        &[present(&k7, &v7)],
+        &tampered,
+        None,
+        Some("root_mismatch"),
+    ));
+    cases.push(proof_case_bytes(
+        "truncated inside a hash",
+        &root,
+        &[present(&k7, &v7)],
+        &b7[..b7.len() - 20],
+        None,
+        Some("truncated"),
+    ));
+    cases.push(proof_case_bytes(
+        "empty input",
+        &root,
+        &[present(&k7, &v7)],
+        &[],
+        None,
+        Some("truncated"),
+    ));
+    let mut f2 = b7.clone();
+    f2[0] = 2;
+    cases.push(proof_case_bytes(
+        "format version 2",
+        &root,
+        &[present(&k7, &v7)],
+        &f2,
+        None,
+        Some("unsupported_format"),
+    ));
+    let mut ty = b7.clone();
+    ty[1] = 0x02;
+    cases.push(proof_case_bytes(
+        "digest type byte",
+        &root,
+        &[present(&k7, &v7)],
+        &ty,
+        None,
+        Some("wrong_type"),
+    ));
+    let mut unk = b7.clone();
+    unk.push(0x07);
+    cases.push(proof_case_bytes(
+        "unknown record tag",
+        &root,
+        &[present(&k7, &v7)],
+        &unk,
+        None,
+        Some("unknown_tag"),
+    ));
+    let mut extra = p7.clone();
+    extra.records.push(Record::Empty);
+    cases.push(proof_case(
+        "an extra record",
+        &root,
+        &[present(&k7, &v7)],
+        &extra,
+        Some("unused_records"),
+    ));
+    let mut short = p7.clone();
+    short.records.pop();
+    cases.push(proof_case(
+        "the leaf record is missing",
+        &root,
+        &[present(&k7, &v7)],
+        &short,
+        Some("proof_exhausted"),
+    ));
+    let mut written_empty = b7[..4].to_vec();
+    written_empty.extend_from_slice(&[0u8; 32]);
+    written_empty.extend_from_slice(&b7[36..]);
+    cases.push(proof_case_bytes(
+        "an EMPTY hash written in a branch",
+        &root,
+        &[present(&k7, &v7)],
+        &written_empty,
+        None,
+        Some("non_canonical"),
+    ));
+    let mut wide = single.prove(&[b"alice"]);
+    wide.records.insert(
+        0,
+        Record::Branch {
+            mask: 0,
+            hashes: vec![],
+        },
+    );
+    let wrapped_root =
+        letus_verify::fold::fold_single(KeyPath::of(b"alice").nibble(0), &single.root());
+    cases.push(proof_case(
+        "a branch whose only child is a leaf",
+        &wrapped_root,
+        &[present(b"alice", b"50")],
+        &wide,
+        Some("non_canonical"),
+    ));
+    if let Some(Record::Branch { mask, hashes }) = p7.records.first() {
+        let mut bad = p7.clone();
+        bad.records[0] = Record::Branch {
+            mask: mask | 0x10,
+            hashes: [hashes.clone(), vec![value_hash(b"x")]].concat(),
+        };
+        cases.push(proof_case(
+            "mask bit beyond the frontier",
+            &root,
+            &[present(&k7, &v7)],
+            &bad,
+            Some("non_canonical"),
+        ));
+    }
+    cases.push(proof_case(
+        "the same key claimed twice",
+        &root,
+        &[present(&k7, &v7), present(&k7, &v7)],
+        &p7,
+        Some("duplicate_key"),
+    ));
+    cases.push(proof_case(
+        "no claims",
+        &root,
+        &[],
+        &p7,
+        Some("too_many_keys"),
+    ));
+    let alice = KeyPath::of(b"alice");
+    let self_leaf = Proof {
+        records: vec![Record::OtherLeaf {
+            path: alice,
+            value_hash: value_hash(b"50"),
+        }],
+    };
+    cases.push(proof_case(
+        "other leaf that is the claimed key itself",
+        &single.root(),
+        &[absent(b"alice")],
+        &self_leaf,
+        Some("other_leaf_mismatch"),
+    ));
+    // A two-key trie whose root is a branch: offer, as proof of absence, a leaf from another child.
+    let two = ReferenceTrie::from_pairs([(&b"alice"[..], &b"50"[..]), (&b"bob"[..], &b"30"[..])]);
+    let mut off_path = None;
+    for i in 0..1000u32 {
+        let k = format!("probe-{i}").into_bytes();
+        let p = two.prove(&[&k]);
+        if matches!(p.records.last(), Some(Record::Empty))
+            && KeyPath::of(&k).nibble(0) != alice.nibble(0)
+        {
+            off_path = Some((k, p));
+            break;
+        }
+    }
+    if let Some((k, mut p)) = off_path {
+        if let Some(last) = p.records.last_mut() {
+            *last = Record::OtherLeaf {
+                path: alice,
+                value_hash: value_hash(b"50"),
+            };
+        }
+        cases.push(proof_case(
+            "other leaf not on the claimed key's path",
+            &two.root(),
+            &[absent(&k)],
+            &p,
+            Some("other_leaf_mismatch"),
+        ));
+    }
+    let mut deep = Proof::default();
+    for _ in 0..65 {
+        deep.records.push(Record::Branch {
+            mask: 0,
+            hashes: vec![],
+        });
+    }
+    deep.records.push(Record::Leaf);
+    cases.push(proof_case(
+        "65 nested branches",
+        &root,
+        &[present(b"alice", b"50")],
+        &deep,
+        Some("depth_exceeded"),
+    ));
+    let huge_key = vec![0x61u8; 65_536];
+    cases.push(proof_case(
+        "a key above max_key_bytes",
+        &root,
+        &[present(&huge_key, b"1")],
+        &p7,
+        Some("too_large"),
+    ));
+    cases.push(proof_case(
+        "two present claims sharing one leaf",
+        &single.root(),
+        &[
+            present(b"alice", b"50"),
+            present(&key_near(&alice, 1, 0), b"1"),
+        ],
+        &single.prove(&[b"alice"]),
+        Some("expected_absent"),
+    ));
+
+    // JSON-only errors: the binary proof is valid, its JSON form is not.
+    let pj = serde_json::to_value(p7.to_json_value()).expect("json");
+    let mut j1 = pj.clone();
+    j1["format"] = json!(2);
+    let mut j2 = pj.clone();
+    j2["records"][0]["t"] = json!("twig");
+    let mut j3 = pj.clone();
+    j3["records"][0]["hashes"]
+        .as_array_mut()
+        .expect("array")
+        .pop();
+    let mut j4 = pj.clone();
+    j4["records"][0]["hashes"][0] = json!("zz");
+    for (name, j, code) in [
+        ("json format 2", j1, "unsupported_format"),
+        ("json unknown record type", j2, "unknown_tag"),
+        ("json hash count differs from the mask", j3, "malformed"),
+        ("json bad hex", j4, "malformed"),
+    ] {
+        let mut c = proof_case_bytes(name, &root, &[present(&k7, &v7)], &b7, Some(j), None);
+        c["json_error"] = json!(code);
+        cases.push(c);
+    }
+    cases
+}
+
+fn entries() -> Vec<(u32, u64, Hash)> {
+    // Versions with gaps: a store commits at the versions its chain gives it.
+    [1u64, 2, 3, 5, 8, 9, 10, 14, 20, 21, 22, 30, 31]
+        .iter()
+        .map(|&v| (0u32, v, value_hash(format!("state-{v}").as_bytes())))
+        .collect()
+}
+
+fn entry_json(e: &(u32, u64, Hash)) -> Value {
+    json!({"tid": e.0, "version": e.1, "root": e.2.to_hex()})
+}
+
+fn history() -> Vec<Value> {
+    let es = entries();
+    let mut tree = HistoryTree::new();
+    let mut roots = Vec::new();
+    for e in &es {
+        tree.push(history_leaf(e.0, e.1, &e.2));
+        roots.push(tree.root().to_hex());
+    }
+    let n = tree.len();
+    let mut cases = vec![
+        json!({"name": "roots after each append", "type": "roots", "entries": es.iter().map(entry_json).collect::<Vec<_>>(), "roots": roots}),
+    ];
+    let incl = |name: &str,
+                size: u64,
+                root: &Hash,
+                entry: &(u32, u64, Hash),
+                proof: &[u8],
+                error: Option<&str>| {
+        let mut c = json!({"name": name, "type": "inclusion", "history_root": root.to_hex(), "tree_size": size, "entry": entry_json(entry), "proof": hex(proof)});
+        match error {
+            None => c["valid"] = json!(true),
+            Some(e) => c["error"] = json!(e),
+        }
+        c
+    };
+    for (i, size) in [
+        (0u64, 1u64),
+        (0, 13),
+        (4, 13),
+        (12, 13),
+        (5, 8),
+        (7, 8),
+        (2, 7),
+    ] {
+        let r = tree.root_at(size).expect("size");
+        let p = tree
+            .inclusion_proof(i, size)
+            .expect("proof")
+            .encode()
+            .expect("encode");
+        cases.push(incl(
+            &format!("inclusion of entry {i} in {size}"),
+            size,
+            &r,
+            &es[i as usize],
+            &p,
+            None,
+        ));
+    }
+    let r = tree.root();
+    let p = tree.inclusion_proof(4, n).expect("proof");
+    let pb = p.encode().expect("encode");
+    cases.push(incl(
+        "wrong entry",
+        n,
+        &r,
+        &es[5],
+        &pb,
+        Some("history_root_mismatch"),
+    ));
+    cases.push(incl(
+        "proof for another tree size",
+        n - 1,
+        &tree.root_at(n - 1).expect("size"),
+        &es[4],
+        &pb,
+        Some("history_size_mismatch"),
+    ));
+    let mut beyond = p.clone();
+    beyond.index = n;
+    cases.push(incl(
+        "index beyond the tree",
+        n,
+        &r,
+        &es[4],
+        &beyond.encode().expect("encode"),
+        Some("history_index_out_of_range"),
+    ));
+    let mut longer = p.clone();
+    longer.hashes.push(value_hash(b"x"));
+    cases.push(incl(
+        "one hash too many",
+        n,
+        &r,
+        &es[4],
+        &longer.encode().expect("encode"),
+        Some("history_proof_length"),
+    ));
+    let mut shorter = p.clone();
+    shorter.hashes.pop();
+    cases.push(incl(
+        "one hash too few",
+        n,
+        &r,
+        &es[4],
+        &shorter.encode().expect("encode"),
+        Some("history_proof_length"),
+    ));
+    let mut over = pb[..18].to_vec();
+    over.push(129);
+    cases.push(incl(
+        "hash count above 128",
+        n,
+        &r,
+        &es[4],
+        &over,
+        Some("too_large"),
+    ));
+    cases.push(incl(
+        "truncated",
+        n,
+        &r,
+        &es[4],
+        &pb[..pb.len() - 1],
+        Some("truncated"),
+    ));
+    let mut wrong_type = pb.clone();
+    wrong_type[1] = 0x04;
+    cases.push(incl(
+        "consistency type byte",
+        n,
+        &r,
+        &es[4],
+        &wrong_type,
+        Some("wrong_type"),
+    ));
+
+    let cons = |name: &str,
+                old: u64,
+                old_root: &Hash,
+                new: u64,
+                new_root: &Hash,
+                proof: &[u8],
+                error: Option<&str>| {
+        let mut c = json!({"name": name, "type": "consistency", "old_size": old, "old_root": old_root.to_hex(), "new_size": new, "new_root": new_root.to_hex(), "proof": hex(proof)});
+        match error {
+            None => c["valid"] = json!(true),
+            Some(e) => c["error"] = json!(e),
+        }
+        c
+    };
+    for (m, size) in [
+        (1u64, 13u64),
+        (4, 13),
+        (7, 13),
+        (8, 13),
+        (12, 13),
+        (13, 13),
+        (0, 13),
+        (3, 7),
+        (4, 8),
+    ] {
+        let p = tree
+            .consistency_proof(m, size)
+            .expect("proof")
+            .encode()
+            .expect("encode");
+        cases.push(cons(
+            &format!("consistency {m} -> {size}"),
+            m,
+            &tree.root_at(m).expect("m"),
+            size,
+            &tree.root_at(size).expect("n"),
+            &p,
+            None,
+        ));
+    }
+    let p = tree.consistency_proof(7, n).expect("proof");
+    let pb = p.encode().expect("encode");
+    cases.push(cons(
+        "forked old history",
+        7,
+        &value_hash(b"fork"),
+        n,
+        &r,
+        &pb,
+        Some("history_root_mismatch"),
+    ));
+    cases.push(cons(
+        "new history rewritten",
+        7,
+        &tree.root_at(7).expect("7"),
+        n,
+        &value_hash(b"rewritten"),
+        &pb,
+        Some("history_root_mismatch"),
+    ));
+    let mut back = p.clone();
+    back.old_size = n;
+    back.new_size = 7;
+    cases.push(cons(
+        "old longer than new",
+        n,
+        &r,
+        7,
+        &tree.root_at(7).expect("7"),
+        &back.encode().expect("encode"),
+        Some("history_size_mismatch"),
+    ));
+    let mut longer = p.clone();
+    longer.hashes.push(value_hash(b"x"));
+    cases.push(cons(
+        "one hash too many",
+        7,
+        &tree.root_at(7).expect("7"),
+        n,
+        &r,
+        &longer.encode().expect("encode"),
+        Some("history_proof_length"),
+    ));
+    cases
+}
+
+fn digest_json(d: &Digest) -> Value {
+    serde_json::to_value(d).expect("json")
+}
+
+fn digests() -> Vec<Value> {
+    let es = entries();
+    let mut tree = HistoryTree::new();
+    let mut ds = Vec::new();
+    for e in &es {
+        tree.push(history_leaf(e.0, e.1, &e.2));
+        ds.push(Digest {
+            tid: e.0,
+            version: e.1,
+            root: e.2,
+            history_len: tree.len(),
+            history_root: tree.root(),
+        });
+    }
+    let mut cases = Vec::new();
+    for d in [&ds[0], &ds[6], &ds[12]] {
+        cases.push(json!({"name": format!("digest at version {}", d.version), "type": "encoding", "digest": digest_json(d), "binary": hex(&d.encode())}));
+    }
+    let other = Digest {
+        tid: 7,
+        version: u64::MAX,
+        ..ds[3]
+    };
+    cases.push(json!({"name": "trie 7 at the largest version", "type": "encoding", "digest": digest_json(&other), "binary": hex(&other.encode())}));
+    let b = ds[2].encode();
+    let mut zero_len = Digest {
+        history_len: 0,
+        ..ds[2]
+    }
+    .encode();
+    let decode = |name: &str, bytes: &[u8], code: &str| json!({"name": name, "type": "decode", "binary": hex(bytes), "error": code});
+    cases.push(decode("truncated", &b[..85], "truncated"));
+    cases.push(decode(
+        "trailing byte",
+        &[b.clone(), vec![0]].concat(),
+        "trailing_data",
+    ));
+    cases.push(decode("history_len 0", &zero_len, "malformed"));
+    zero_len[0] = 9;
+    cases.push(decode("format 9", &zero_len, "unsupported_format"));
+    let mut ty = b.clone();
+    ty[1] = 0x01;
+    cases.push(decode("proof type byte", &ty, "wrong_type"));
+
+    // Checker scenarios: each step's expected report (SPEC.md §7.1).
+    let forked = |d: &Digest, tag: &[u8]| Digest {
+        root: value_hash(tag),
+        history_root: value_hash(&[tag, b"h"].concat()),
+        ..*d
+    };
+    let scenarios: Vec<(&str, Vec<(Option<&str>, Digest)>)> = vec![
+        (
+            "two nodes agree",
+            vec![
+                (Some("node-a"), ds[0]),
+                (Some("node-b"), ds[0]),
+                (Some("node-a"), ds[1]),
+                (Some("node-b"), ds[1]),
+            ],
+        ),
+        (
+            "fork at one version",
+            vec![
+                (Some("node-a"), ds[4]),
+                (Some("node-b"), forked(&ds[4], b"evil")),
+            ],
+        ),
+        (
+            "same history length, different history",
+            vec![
+                (Some("node-a"), ds[4]),
+                (
+                    Some("node-b"),
+                    Digest {
+                        version: ds[4].version + 1,
+                        ..forked(&ds[4], b"x")
+                    },
+                ),
+            ],
+        ),
+        (
+            "rollback",
+            vec![
+                (Some("node-a"), ds[5]),
+                (Some("node-a"), ds[6]),
+                (Some("node-a"), ds[3]),
+            ],
+        ),
+        (
+            "conflict with a checkpoint",
+            vec![
+                (None, ds[7]),
+                (Some("node-a"), ds[7]),
+                (Some("node-b"), forked(&ds[7], b"evil")),
+            ],
+        ),
+        (
+            "checkpoint arrives after a bad report",
+            vec![(Some("node-b"), forked(&ds[7], b"evil")), (None, ds[7])],
+        ),
+        (
+            "another source going back is not a rollback",
+            vec![(Some("node-a"), ds[8]), (Some("node-b"), ds[2])],
+        ),
+    ];
+    for (name, steps) in scenarios {
+        let mut checker = DigestChecker::new();
+        let steps: Vec<Value> = steps
+            .iter()
+            .map(|(src, d)| {
+                let report = match src {
+                    Some(s) => checker.observe(s, d),
+                    None => checker.add_checkpoint(d),
+                };
+                json!({"source": src, "digest": digest_json(d), "report": report.code()})
+            })
+            .collect();
+        cases.push(json!({"name": name, "type": "checker", "steps": steps}));
+    }
+    cases
+}
+
+fn export_bytes(t: &ReferenceTrie, tid: u32, version: u64) -> Vec<u8> {
+    let mut out = ExportHeader {
+        tid,
+        version,
+        root: t.root(),
+    }
+    .encode();
+    for (k, v) in t.pairs() {
+        encode_record(k, v, &mut out);
+    }
+    out.extend_from_slice(&encode_trailer(t.len() as u64));
+    out
+}
+
+fn exports() -> Vec<Value> {
+    let case = |name: &str, stream: &[u8], trusted: &Hash, result: Result<u64, &str>| {
+        let mut c = json!({"name": name, "stream": hex(stream), "trusted_root": trusted.to_hex()});
+        match result {
+            Ok(n) => {
+                c["valid"] = json!(true);
+                c["records"] = json!(n);
+            }
+            Err(e) => c["error"] = json!(e),
+        }
+        c
+    };
+    let t = ReferenceTrie::from_pairs((0..40).map(|i| (key(i), val(i))));
+    let s = export_bytes(&t, 0, 12);
+    let empty = ReferenceTrie::new();
+    let one = ReferenceTrie::from_pairs([(b"alice", b"")]);
+    let mut cases = vec![
+        case("forty pairs", &s, &t.root(), Ok(40)),
+        case("empty trie", &export_bytes(&empty, 3, 1), &EMPTY, Ok(0)),
+        case(
+            "one pair with an empty value",
+            &export_bytes(&one, 0, 2),
+            &one.root(),
+            Ok(1),
+        ),
+        case(
+            "untrusted root in the header is not enough",
+            &s,
+            &value_hash(b"trusted"),
+            Err("root_mismatch"),
+        ),
+    ];
+    let mut magic = s.clone();
+    magic[0] = b'X';
+    cases.push(case("bad magic", &magic, &t.root(), Err("bad_magic")));
+    let mut fmt = s.clone();
+    fmt[8] = 2;
+    cases.push(case("format 2", &fmt, &t.root(), Err("unsupported_format")));
+    let mut tag = s.clone();
+    tag[letus_verify::export::HEADER_LEN] = 0x05;
+    cases.push(case(
+        "unknown record tag",
+        &tag,
+        &t.root(),
+        Err("unknown_tag"),
+    ));
+    let mut count = s.clone();
+    let last = count.len() - 8;
+    count[last] ^= 1;
+    cases.push(case(
+        "trailer count off by one",
+        &count,
+        &t.root(),
+        Err("count_mismatch"),
+    ));
+    cases.push(case(
+        "byte after the trailer",
+        &[s.clone(), vec![0]].concat(),
+        &t.root(),
+        Err("trailing_data"),
+    ));
+    cases.push(case(
+        "stream cut before the trailer",
+        &s[..s.len() - 9],
+        &t.root(),
+        Err("truncated"),
+    ));
+    // Records in insertion order rather than path order.
+    let mut unsorted = ExportHeader {
+        tid: 0,
+        version: 12,
+        root: t.root(),
+    }
+    .encode();
+    let mut pairs: Vec<(&[u8], &[u8])> = t.pairs().collect();
+    pairs.swap(0, 1);
+    for (k, v) in &pairs {
+        encode_record(k, v, &mut unsorted);
+    }
+    unsorted.extend_from_slice(&encode_trailer(pairs.len() as u64));
+    cases.push(case(
+        "records out of path order",
+        &unsorted,
+        &t.root(),
+        Err("out_of_order"),
+    ));
+    let mut dup = ExportHeader {
+        tid: 0,
+        version: 12,
+        root: one.root(),
+    }
+    .encode();
+    encode_record(b"alice", b"", &mut dup);
+    encode_record(b"alice", b"", &mut dup);
+    dup.extend_from_slice(&encode_trailer(2));
+    cases.push(case(
+        "the same key twice",
+        &dup,
+        &one.root(),
+        Err("duplicate_key"),
+    ));
+    let mut big = ExportHeader {
+        tid: 0,
+        version: 1,
+        root: EMPTY,
+    }
+    .encode();
+    big.push(0x01);
+    big.extend_from_slice(&70_000u32.to_le_bytes());
+    big.extend_from_slice(&0u32.to_le_bytes());
+    cases.push(case(
+        "key length above the limit",
+        &big,
+        &EMPTY,
+        Err("too_large"),
+    ));
+    cases
+}
+
+fn main() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vectors");
+    std::fs::create_dir_all(&dir).expect("create vectors/");
+    let files = [
+        (
+            "roots",
+            "Root commitments of key/value sets (SPEC.md §3)",
+            roots(),
+        ),
+        (
+            "proofs",
+            "State proofs: inclusion, exclusion, multi-proofs and rejected proofs (SPEC.md §5)",
+            proofs(),
+        ),
+        (
+            "history",
+            "History roots, inclusion and consistency proofs (SPEC.md §8)",
+            history(),
+        ),
+        (
+            "digests",
+            "Digest encodings and digest-checker scenarios (SPEC.md §7)",
+            digests(),
+        ),
+        (
+            "exports",
+            "State export streams for full verification (SPEC.md §9)",
+            exports(),
+        ),
+    ];
+    for (kind, description, cases) in files {
+        let path = dir.join(format!("{kind}.json"));
+        let n = cases.len();
+        let text =
+            serde_json::to_string_pretty(&file(kind, description, cases)).expect("json") + "\n";
+        std::fs::write(&path, text).expect("write vectors");
+        println!("{}: {n} cases", path.display());
+    }
+}

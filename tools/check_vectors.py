@@ -1,0 +1,754 @@
+#!/usr/bin/env python3
+"""Independent checker of letus-verify/vectors/*.json against letus-verify/SPEC.md.
+
+Written from SPEC.md alone (no Rust sources). Section numbers below refer to SPEC.md.
+Usage: python3 tools/check_vectors.py [vectors_dir]
+Prints one line per failing case and ends with "N passed, M failed"; exits 0 only if M == 0.
+"""
+import glob
+import json
+import os
+import re
+import sys
+
+from blake3 import blake3
+
+EMPTY = bytes(32)
+MAX_PROOF_BYTES = 4_194_304          # §6 defaults
+MAX_KEYS = 10_000
+MAX_KEY_BYTES = 65_535
+MAX_VALUE_BYTES = 16_777_216
+MAX_HISTORY_HASHES = 128
+
+
+class VerifyError(Exception):
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+# ---------------------------------------------------------------- §2 hashing
+
+def H(tag, data):
+    return blake3(bytes([tag]) + data).digest()
+
+
+def path_of(key):
+    return H(0x00, key)
+
+
+def value_hash(value):
+    return H(0x01, value)
+
+
+def leaf_hash(path, vh):
+    return H(0x02, path + vh)
+
+
+def inner(left, right):
+    if left == EMPTY and right == EMPTY:
+        return EMPTY
+    return H(0x03, left + right)
+
+
+# ---------------------------------------------------------------- §3 trie
+
+def nibble(p, i):
+    return p[i // 2] >> 4 if i % 2 == 0 else p[i // 2] & 0x0F
+
+
+def lcp(p, q):
+    n = 0
+    while n < 64 and nibble(p, n) == nibble(q, n):
+        n += 1
+    return n
+
+
+def fold(children):
+    level = list(children)
+    while len(level) > 1:
+        level = [inner(level[2 * i], level[2 * i + 1]) for i in range(len(level) // 2)]
+    return level[0]
+
+
+def node_hash(d, items):
+    """§3.2/§3.3: hash of the node at depth d covering `items` [(path, leaf_hash)]."""
+    if not items:
+        return EMPTY
+    if len(items) == 1:
+        return items[0][1]
+    children = [node_hash(d + 1, [it for it in items if nibble(it[0], d) == c]) for c in range(16)]
+    return fold(children)
+
+
+def recursive_root(pairs):
+    items = [(path_of(k), leaf_hash(path_of(k), value_hash(v))) for k, v in pairs]
+    if len({p for p, _ in items}) != len(items):
+        raise VerifyError("duplicate_key")
+    return node_hash(0, items)
+
+
+# ---------------------------------------------------------------- §9.1 streaming root
+
+class StreamingRoot:
+    """The streaming computation of §9.1, transcribed as written."""
+
+    def __init__(self):
+        self.stack = []        # [depth, children[16]]
+        self.prev = None       # (path, leaf hash)
+        self.prev_lcp = -1
+        self.count = 0
+
+    def update(self, key, value):
+        p = path_of(key)
+        h = leaf_hash(p, value_hash(value))
+        if self.prev is not None:
+            if p == self.prev[0]:
+                raise VerifyError("duplicate_key")
+            if p < self.prev[0]:
+                raise VerifyError("out_of_order")
+            l = lcp(self.prev[0], p)
+            self._place(self.prev, max(self.prev_lcp, l) + 1)
+            self._close_above(l, self.prev[0])
+            self.prev_lcp = l
+        self.prev = (p, h)
+        self.count += 1
+
+    def _place(self, leaf, depth):
+        if not self.stack or self.stack[-1][0] < depth - 1:
+            self.stack.append([depth - 1, [EMPTY] * 16])
+        self.stack[-1][1][nibble(leaf[0], depth - 1)] = leaf[1]
+
+    def _close_above(self, l, p):
+        carry = None
+        while self.stack and self.stack[-1][0] > l:
+            bd, ch = self.stack.pop()
+            if carry is not None:
+                ch[nibble(p, bd)] = self._chain(carry, bd + 1, p)
+            carry = (bd, fold(ch))
+        if not self.stack or self.stack[-1][0] < l:
+            self.stack.append([l, [EMPTY] * 16])
+        if carry is not None:
+            self.stack[-1][1][nibble(p, l)] = self._chain(carry, l + 1, p)
+
+    @staticmethod
+    def _chain(carry, to, p):
+        cd, h = carry
+        for k in range(cd - 1, to - 1, -1):
+            ch = [EMPTY] * 16
+            ch[nibble(p, k)] = h
+            h = fold(ch)
+        return h
+
+    def finalize(self):
+        if self.count == 0:
+            return EMPTY
+        if self.count == 1:
+            return self.prev[1]
+        self._place(self.prev, self.prev_lcp + 1)
+        self._close_above(0, self.prev[0])
+        assert len(self.stack) == 1 and self.stack[0][0] == 0
+        return fold(self.stack.pop()[1])
+
+
+def streaming_root(pairs):
+    s = StreamingRoot()
+    for k, v in pairs:
+        s.update(k, v)
+    return s.finalize()
+
+
+# ---------------------------------------------------------------- §4 / §5.4 binary decoding
+
+def check_header(b, typ):
+    """§4: format and type bytes. Order: empty -> truncated, format, missing type -> truncated, type."""
+    if len(b) < 1:
+        raise VerifyError("truncated")
+    if b[0] != 0x01:
+        raise VerifyError("unsupported_format")
+    if len(b) < 2:
+        raise VerifyError("truncated")
+    if b[1] != typ:
+        raise VerifyError("wrong_type")
+
+
+def decode_records(b):
+    check_header(b, 0x01)
+    i, records = 2, []
+    while i < len(b):
+        tag = b[i]
+        i += 1
+        if tag == 0x00:
+            records.append(("empty",))
+        elif tag == 0x01:
+            records.append(("leaf",))
+        elif tag == 0x02:
+            if len(b) - i < 64:
+                raise VerifyError("truncated")
+            records.append(("other_leaf", bytes(b[i:i + 32]), bytes(b[i + 32:i + 64])))
+            i += 64
+        elif tag == 0x03:
+            if len(b) - i < 1:
+                raise VerifyError("truncated")
+            mask = b[i]
+            i += 1
+            n = bin(mask).count("1")
+            if len(b) - i < 32 * n:
+                raise VerifyError("truncated")
+            hashes = [bytes(b[i + 32 * k:i + 32 * k + 32]) for k in range(n)]
+            i += 32 * n
+            if any(h == EMPTY for h in hashes):
+                raise VerifyError("non_canonical")
+            records.append(("branch", mask, hashes))
+        else:
+            raise VerifyError("unknown_tag")
+    return records
+
+
+def encode_records(records):
+    out = bytearray(b"\x01\x01")
+    for r in records:
+        if r[0] == "empty":
+            out.append(0x00)
+        elif r[0] == "leaf":
+            out.append(0x01)
+        elif r[0] == "other_leaf":
+            out += b"\x02" + r[1] + r[2]
+        else:
+            out += bytes([0x03, r[1]]) + b"".join(r[2])
+    return bytes(out)
+
+
+# ---------------------------------------------------------------- §5.5 JSON form
+
+HASH_RE = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def json_hash(s):
+    if not isinstance(s, str) or not HASH_RE.fullmatch(s):
+        raise VerifyError("malformed")
+    return bytes.fromhex(s)
+
+
+def decode_json_proof(obj):
+    if not isinstance(obj, dict) or not isinstance(obj.get("records"), list):
+        raise VerifyError("malformed")
+    if obj.get("format") != 1:
+        raise VerifyError("unsupported_format")
+    records = []
+    for r in obj["records"]:
+        t = r.get("t") if isinstance(r, dict) else None
+        if t == "empty":
+            records.append(("empty",))
+        elif t == "leaf":
+            records.append(("leaf",))
+        elif t == "other_leaf":
+            p, vh = json_hash(r.get("path")), json_hash(r.get("value_hash"))
+            records.append(("other_leaf", p, vh))
+        elif t == "branch":
+            mask, hs = r.get("mask"), r.get("hashes")
+            if type(mask) is not int or not 0 <= mask <= 255 or not isinstance(hs, list):
+                raise VerifyError("malformed")
+            hashes = [json_hash(h) for h in hs]
+            if len(hashes) != bin(mask).count("1"):
+                raise VerifyError("malformed")
+            if any(h == EMPTY for h in hashes):
+                raise VerifyError("non_canonical")
+            records.append(("branch", mask, hashes))
+        else:
+            raise VerifyError("unknown_tag")
+    return records
+
+
+# ---------------------------------------------------------------- §5.2 / §5.3 verification
+
+def frontier(E, lo=0, hi=16):
+    if not any(lo <= c < hi for c in E):
+        return [(lo, hi)]
+    if hi - lo == 1:
+        return []
+    mid = (lo + hi) // 2
+    return frontier(E, lo, mid) + frontier(E, mid, hi)
+
+
+def verify_binary(comm, claims, proof_bytes):
+    if len(proof_bytes) > MAX_PROOF_BYTES:
+        raise VerifyError("too_large")
+    verify_records(comm, claims, decode_records(proof_bytes))
+
+
+def verify_json(comm, claims, proof_json):
+    records = decode_json_proof(proof_json)
+    # Guess: step 1 applied to the size of the equivalent binary encoding.
+    if len(encode_records(records)) > MAX_PROOF_BYTES:
+        raise VerifyError("too_large")
+    verify_records(comm, claims, records)
+
+
+def verify_records(comm, claims, records):
+    if len(claims) == 0 or len(claims) > MAX_KEYS:
+        raise VerifyError("too_many_keys")
+    for key, value in claims:
+        if len(key) > MAX_KEY_BYTES or (value is not None and len(value) > MAX_VALUE_BYTES):
+            raise VerifyError("too_large")
+    Q = sorted(((path_of(k), v) for k, v in claims), key=lambda q: q[0])
+    for a, b in zip(Q, Q[1:]):
+        if a[0] == b[0]:
+            raise VerifyError("duplicate_key")
+    cursor = [0]
+    h, _ = walk(0, Q, records, cursor)
+    if cursor[0] != len(records):
+        raise VerifyError("unused_records")
+    if h != comm:
+        raise VerifyError("root_mismatch")
+
+
+def walk(d, Q, records, cursor):
+    if cursor[0] >= len(records):
+        raise VerifyError("proof_exhausted")
+    r = records[cursor[0]]
+    cursor[0] += 1
+    present = [q for q in Q if q[1] is not None]
+    if r[0] == "empty":
+        if present:
+            raise VerifyError("expected_present")
+        return EMPTY, "empty"
+    if r[0] == "leaf":
+        if len(present) != 1:
+            raise VerifyError("expected_absent")
+        p, v = present[0]
+        return leaf_hash(p, value_hash(v)), "leaf"
+    if r[0] == "other_leaf":
+        _, p, vh = r
+        if present:
+            raise VerifyError("expected_present")
+        for q in Q:
+            if p == q[0] or lcp(p, q[0]) < d:
+                raise VerifyError("other_leaf_mismatch")
+        return leaf_hash(p, vh), "leaf"
+    _, mask, hashes = r
+    if d >= 64:
+        raise VerifyError("depth_exceeded")
+    E = sorted({nibble(q[0], d) for q in Q})
+    F = frontier(E)
+    if mask >> len(F) != 0:
+        raise VerifyError("non_canonical")
+    units, leaf_units, child = bin(mask).count("1"), 0, {}
+    for c in E:
+        child[c], kind = walk(d + 1, [q for q in Q if nibble(q[0], d) == c], records, cursor)
+        if child[c] != EMPTY:
+            units += 1
+        if kind == "leaf":
+            leaf_units += 1
+    if units == 0:
+        raise VerifyError("non_canonical")
+    if units == 1 and leaf_units == 1:
+        raise VerifyError("non_canonical")
+    return fold_with_frontier(E, F, mask, hashes, child), "branch"
+
+
+def fold_with_frontier(E, F, mask, hashes, child):
+    """Compute the binary fold of §3.3 where frontier subtree i has a given hash."""
+    sub = {}
+    it = iter(hashes)
+    for i, rng in enumerate(F):
+        sub[rng] = next(it) if (mask >> i) & 1 else EMPTY
+
+    def h(lo, hi):
+        if (lo, hi) in sub:
+            return sub[(lo, hi)]
+        if hi - lo == 1:
+            return child[lo]
+        mid = (lo + hi) // 2
+        return inner(h(lo, mid), h(mid, hi))
+
+    return h(0, 16)
+
+
+# ---------------------------------------------------------------- §8 history
+
+def history_leaf(tid, version, root):
+    return H(0x10, tid.to_bytes(4, "little") + version.to_bytes(8, "little") + root)
+
+
+def mth(leaves):
+    n = len(leaves)
+    if n == 0:
+        return EMPTY
+    if n == 1:
+        return leaves[0]
+    k = 1
+    while k * 2 < n:
+        k *= 2
+    return H(0x11, mth(leaves[:k]) + mth(leaves[k:]))
+
+
+def decode_history_proof(b, typ):
+    """§8.2 (typ 3: index, tree_size) / §8.3 (typ 4: old_size, new_size)."""
+    check_header(b, typ)
+    if len(b) < 2 + 8 + 8 + 1:
+        raise VerifyError("truncated")
+    a = int.from_bytes(b[2:10], "little")
+    c = int.from_bytes(b[10:18], "little")
+    count = b[18]
+    if count > MAX_HISTORY_HASHES:
+        raise VerifyError("too_large")
+    end = 19 + 32 * count
+    if len(b) < end:
+        raise VerifyError("truncated")
+    if len(b) > end:
+        raise VerifyError("trailing_data")
+    return a, c, [bytes(b[19 + 32 * k:51 + 32 * k]) for k in range(count)]
+
+
+def verify_inclusion(history_root, tree_size, leaf, proof):
+    index, p_size, hashes = proof
+    if p_size != tree_size:
+        raise VerifyError("history_size_mismatch")
+    if index >= tree_size:
+        raise VerifyError("history_index_out_of_range")
+    fn, sn, r = index, tree_size - 1, leaf
+    for p in hashes:
+        if sn == 0:
+            raise VerifyError("history_proof_length")
+        if fn % 2 == 1 or fn == sn:
+            r = H(0x11, p + r)
+            while fn % 2 == 0 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            r = H(0x11, r + p)
+        fn >>= 1
+        sn >>= 1
+    if sn != 0:
+        raise VerifyError("history_proof_length")
+    if r != history_root:
+        raise VerifyError("history_root_mismatch")
+
+
+def verify_consistency(old_size, old_root, new_size, new_root, proof):
+    p_old, p_new, hashes = proof
+    if p_old != old_size or p_new != new_size:
+        raise VerifyError("history_size_mismatch")
+    if old_size > new_size:
+        raise VerifyError("history_size_mismatch")
+    if old_size == new_size:
+        if hashes:
+            raise VerifyError("history_proof_length")
+        if old_root != new_root:
+            raise VerifyError("history_root_mismatch")
+        return
+    if old_size == 0:
+        if hashes:
+            raise VerifyError("history_proof_length")
+        return
+    path = list(hashes)
+    if old_size & (old_size - 1) == 0:
+        path = [old_root] + path
+    if not path:
+        raise VerifyError("history_proof_length")
+    fn, sn = old_size - 1, new_size - 1
+    while fn % 2 == 1:
+        fn >>= 1
+        sn >>= 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            raise VerifyError("history_proof_length")
+        if fn % 2 == 1 or fn == sn:
+            fr = H(0x11, c + fr)
+            sr = H(0x11, c + sr)
+            while fn % 2 == 0 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            sr = H(0x11, sr + c)
+        fn >>= 1
+        sn >>= 1
+    if sn != 0:
+        raise VerifyError("history_proof_length")
+    if fr != old_root or sr != new_root:
+        raise VerifyError("history_root_mismatch")
+
+
+# ---------------------------------------------------------------- §7 digests
+
+DIGEST_FIELDS = ("tid", "version", "root", "history_len", "history_root")
+
+
+def decode_digest(b):
+    check_header(b, 0x02)
+    if len(b) < 86:
+        raise VerifyError("truncated")
+    if len(b) > 86:
+        raise VerifyError("trailing_data")
+    d = {"tid": int.from_bytes(b[2:6], "little"), "version": int.from_bytes(b[6:14], "little"),
+         "root": bytes(b[14:46]), "history_len": int.from_bytes(b[46:54], "little"),
+         "history_root": bytes(b[54:86])}
+    if d["history_len"] == 0:
+        raise VerifyError("malformed")
+    return d
+
+
+def encode_digest(d):
+    return (b"\x01\x02" + d["tid"].to_bytes(4, "little") + d["version"].to_bytes(8, "little")
+            + d["root"] + d["history_len"].to_bytes(8, "little") + d["history_root"])
+
+
+def digest_from_json(j):
+    return {"tid": j["tid"], "version": j["version"], "root": json_hash(j["root"]),
+            "history_len": j["history_len"], "history_root": json_hash(j["history_root"])}
+
+
+class DigestChecker:
+    """§7.1. The spec leaves the bookkeeping open; this is the reading chosen here:
+    forks are looked for against every digest seen before (by (tid, version) and by (tid, history_len));
+    a fork with a checkpoint on either side is a checkpoint_conflict; otherwise a source reporting a
+    lower version or history_len than it reported before for the trie is a rollback; otherwise
+    agreement if a digest with the same (tid, version) or (tid, history_len) was seen, else new."""
+
+    def __init__(self):
+        self.seen = []       # (source, digest)
+        self.latest = {}     # (source, tid) -> (max version, max history_len)
+
+    def observe(self, source, d):
+        fork = conflict = comparable = False
+        for s, e in self.seen:
+            if e["tid"] != d["tid"]:
+                continue
+            same_v = e["version"] == d["version"]
+            same_n = e["history_len"] == d["history_len"]
+            comparable |= same_v or same_n
+            bad = (same_v and any(e[f] != d[f] for f in ("root", "history_len", "history_root"))) \
+                or (same_n and e["history_root"] != d["history_root"])
+            if bad:
+                fork = True
+                conflict |= s is None or source is None
+        rollback = False
+        if source is not None:
+            last = self.latest.get((source, d["tid"]))
+            if last is not None:
+                rollback = d["version"] < last[0] or d["history_len"] < last[1]
+                self.latest[(source, d["tid"])] = (max(last[0], d["version"]),
+                                                   max(last[1], d["history_len"]))
+            else:
+                self.latest[(source, d["tid"])] = (d["version"], d["history_len"])
+        self.seen.append((source, d))
+        if conflict:
+            return "checkpoint_conflict"
+        if fork:
+            return "fork"
+        if rollback:
+            return "rollback"
+        return "agreement" if comparable else "new"
+
+
+# ---------------------------------------------------------------- §9.2 exports
+
+def read_export(stream, trusted_root):
+    """Returns the record count, or raises VerifyError."""
+    b, i = stream, 0
+
+    def take(n):
+        nonlocal i
+        if len(b) - i < n:
+            raise VerifyError("truncated")
+        out = bytes(b[i:i + n])
+        i += n
+        return out
+
+    if len(b) < 8:
+        # Guess: a stream too short to hold the magic is bad_magic if what is there differs, else truncated.
+        raise VerifyError("truncated" if b"LETUSEXP".startswith(bytes(b)) else "bad_magic")
+    if take(8) != b"LETUSEXP":
+        raise VerifyError("bad_magic")
+    if take(1)[0] != 0x01:
+        raise VerifyError("unsupported_format")
+    take(4 + 8 + 32)             # tid, version, claimed root: not trusted
+    root = StreamingRoot()
+    while True:
+        tag = take(1)[0]
+        if tag == 0xFF:
+            count = int.from_bytes(take(8), "little")
+            if count != root.count:
+                raise VerifyError("count_mismatch")
+            if i != len(b):
+                raise VerifyError("trailing_data")
+            break
+        if tag != 0x01:
+            raise VerifyError("unknown_tag")
+        klen = int.from_bytes(take(4), "little")
+        vlen = int.from_bytes(take(4), "little")
+        if klen > MAX_KEY_BYTES or vlen > MAX_VALUE_BYTES:
+            raise VerifyError("too_large")
+        key, value = take(klen), take(vlen)
+        root.update(key, value)
+    if root.finalize() != trusted_root:
+        raise VerifyError("root_mismatch")
+    return root.count
+
+
+# ---------------------------------------------------------------- vector checking
+
+def run(fn):
+    """Run fn(); return None on success or the error code."""
+    try:
+        fn()
+        return None
+    except VerifyError as e:
+        return e.code
+
+
+def expect(case, code):
+    """Compare an outcome code (None = success) with the case's valid/error fields; return a problem or None."""
+    want = case.get("error")
+    if want is None and not case.get("valid", False):
+        return "case has neither valid:true nor error"
+    if want is None:
+        return None if code is None else f"expected valid, got {code}"
+    return None if code == want else f"expected {want}, got {code or 'valid'}"
+
+
+def hx(s):
+    return bytes.fromhex(s)
+
+
+def check_roots(case):
+    pairs = [(hx(p["key"]), hx(p["value"])) for p in case["pairs"]]
+    for n, (k, v) in enumerate(pairs):
+        if path_of(k).hex() != case["paths"][n].lower():
+            return f"path of pair {n} differs"
+        if value_hash(v).hex() != case["value_hashes"][n].lower():
+            return f"value_hash of pair {n} differs"
+    root = recursive_root(pairs)
+    if root.hex() != case["root"].lower():
+        return f"root: computed {root.hex()}, vector {case['root']}"
+    sroot = streaming_root(sorted(pairs, key=lambda kv: path_of(kv[0])))
+    if sroot != root:
+        return "streaming root (§9.1) differs from recursive root (§3.3)"
+    return None
+
+
+def check_proofs(case):
+    root = hx(case["root"])
+    claims = [(hx(c["key"]), None if c.get("value") is None else hx(c["value"])) for c in case["claims"]]
+    proof = hx(case["proof"])
+    problem = expect(case, run(lambda: verify_binary(root, claims, proof)))
+    if problem:
+        return "binary: " + problem
+    if case.get("proof_json") is None:
+        return None
+    pj = case["proof_json"]
+    if "json_error" in case:
+        code = run(lambda: verify_json(root, claims, pj))
+        return None if code == case["json_error"] else \
+            f"json: expected {case['json_error']}, got {code or 'valid'}"
+    if case.get("valid"):
+        try:
+            if decode_json_proof(pj) != decode_records(proof):
+                return "json: records differ from the binary proof"
+        except VerifyError as e:
+            return f"json: decode failed with {e.code}"
+    problem = expect(case, run(lambda: verify_json(root, claims, pj)))
+    return "json: " + problem if problem else None
+
+
+def check_history(case):
+    t = case["type"]
+    if t == "roots":
+        leaves = []
+        for n, e in enumerate(case["entries"]):
+            leaves.append(history_leaf(e["tid"], e["version"], hx(e["root"])))
+            if mth(leaves).hex() != case["roots"][n].lower():
+                return f"MTH after {n + 1} entries differs"
+        return None
+    if t == "inclusion":
+        e = case["entry"]
+
+        def go():
+            proof = decode_history_proof(hx(case["proof"]), 0x03)
+            verify_inclusion(hx(case["history_root"]), case["tree_size"],
+                             history_leaf(e["tid"], e["version"], hx(e["root"])), proof)
+        return expect(case, run(go))
+    if t == "consistency":
+        def go():
+            proof = decode_history_proof(hx(case["proof"]), 0x04)
+            verify_consistency(case["old_size"], hx(case["old_root"]),
+                               case["new_size"], hx(case["new_root"]), proof)
+        return expect(case, run(go))
+    return f"unknown history case type {t!r}"
+
+
+def check_digests(case):
+    t = case["type"]
+    if t == "encoding":
+        want = digest_from_json(case["digest"])
+        b = hx(case["binary"])
+        try:
+            got = decode_digest(b)
+        except VerifyError as e:
+            return f"decode failed with {e.code}"
+        if got != want:
+            return "decoded binary differs from the JSON digest"
+        return None if encode_digest(got) == b else "re-encoding differs"
+    if t == "decode":
+        code = run(lambda: decode_digest(hx(case["binary"])))
+        return None if code == case["error"] else f"expected {case['error']}, got {code or 'valid'}"
+    if t == "checker":
+        checker = DigestChecker()
+        for n, step in enumerate(case["steps"]):
+            got = checker.observe(step.get("source"), digest_from_json(step["digest"]))
+            if got != step["report"]:
+                return f"step {n}: expected {step['report']}, got {got}"
+        return None
+    return f"unknown digest case type {t!r}"
+
+
+def check_exports(case):
+    result = {}
+
+    def go():
+        result["n"] = read_export(hx(case["stream"]), hx(case["trusted_root"]))
+    problem = expect(case, run(go))
+    if problem is None and case.get("valid") and result["n"] != case["records"]:
+        problem = f"record count {result['n']}, vector {case['records']}"
+    return problem
+
+
+CHECKERS = {"roots": check_roots, "proofs": check_proofs, "history": check_history,
+            "digests": check_digests, "exports": check_exports}
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    vdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "letus-verify", "vectors")
+    passed = failed = 0
+    files = sorted(glob.glob(os.path.join(vdir, "*.json")))
+    if not files:
+        print(f"no vector files in {vdir}")
+        failed += 1
+    for fname in files:
+        base = os.path.basename(fname)
+        with open(fname) as f:
+            doc = json.load(f)
+        checker = CHECKERS.get(doc.get("kind"))
+        if doc.get("spec") != "letus-verify/1" or checker is None:
+            print(f"{base}: unknown spec {doc.get('spec')!r} or kind {doc.get('kind')!r}")
+            failed += 1
+            continue
+        for case in doc["cases"]:
+            try:
+                problem = checker(case)
+            except Exception as e:  # a malformed case is a failure, not a crash
+                problem = f"exception {type(e).__name__}: {e}"
+            if problem:
+                print(f"{base}: {case.get('name', '?')}: {problem}")
+                failed += 1
+            else:
+                passed += 1
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
