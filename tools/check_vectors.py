@@ -20,42 +20,38 @@ MAX_KEY_BYTES = 65_535
 MAX_VALUE_BYTES = 16_777_216
 MAX_HISTORY_HASHES = 128
 
-
 class VerifyError(Exception):
     def __init__(self, code):
         super().__init__(code)
         self.code = code
 
+def fail_if(condition, code):
+    if condition:
+        raise VerifyError(code)
 
 # ---------------------------------------------------------------- §2 hashing
 
 def H(tag, data):
     return blake3(bytes([tag]) + data).digest()
 
-
 def path_of(key):
     return H(0x00, key)
-
 
 def value_hash(value):
     return H(0x01, value)
 
-
 def leaf_hash(path, vh):
     return H(0x02, path + vh)
-
 
 def inner(left, right):
     if left == EMPTY and right == EMPTY:
         return EMPTY
     return H(0x03, left + right)
 
-
 # ---------------------------------------------------------------- §3 trie
 
 def nibble(p, i):
     return p[i // 2] >> 4 if i % 2 == 0 else p[i // 2] & 0x0F
-
 
 def lcp(p, q):
     n = 0
@@ -63,13 +59,11 @@ def lcp(p, q):
         n += 1
     return n
 
-
 def fold(children):
     level = list(children)
     while len(level) > 1:
         level = [inner(level[2 * i], level[2 * i + 1]) for i in range(len(level) // 2)]
     return level[0]
-
 
 def node_hash(d, items):
     """§3.2/§3.3: hash of the node at depth d covering `items` [(path, leaf_hash)]."""
@@ -80,13 +74,10 @@ def node_hash(d, items):
     children = [node_hash(d + 1, [it for it in items if nibble(it[0], d) == c]) for c in range(16)]
     return fold(children)
 
-
 def recursive_root(pairs):
     items = [(path_of(k), leaf_hash(path_of(k), value_hash(v))) for k, v in pairs]
-    if len({p for p, _ in items}) != len(items):
-        raise VerifyError("duplicate_key")
+    fail_if(len({p for p, _ in items}) != len(items), "duplicate_key")
     return node_hash(0, items)
-
 
 # ---------------------------------------------------------------- §9.1 streaming root
 
@@ -103,10 +94,8 @@ class StreamingRoot:
         p = path_of(key)
         h = leaf_hash(p, value_hash(value))
         if self.prev is not None:
-            if p == self.prev[0]:
-                raise VerifyError("duplicate_key")
-            if p < self.prev[0]:
-                raise VerifyError("out_of_order")
+            fail_if(p == self.prev[0], "duplicate_key")
+            fail_if(p < self.prev[0], "out_of_order")
             l = lcp(self.prev[0], p)
             self._place(self.prev, max(self.prev_lcp, l) + 1)
             self._close_above(l, self.prev[0])
@@ -150,27 +139,21 @@ class StreamingRoot:
         assert len(self.stack) == 1 and self.stack[0][0] == 0
         return fold(self.stack.pop()[1])
 
-
 def streaming_root(pairs):
     s = StreamingRoot()
     for k, v in pairs:
         s.update(k, v)
     return s.finalize()
 
-
 # ---------------------------------------------------------------- §4 / §5.4 binary decoding
 
 def check_header(b, typ):
-    """§4: format and type bytes. Order: empty -> truncated, format, missing type -> truncated, type."""
-    if len(b) < 1:
-        raise VerifyError("truncated")
-    if b[0] != 0x01:
-        raise VerifyError("unsupported_format")
-    if len(b) < 2:
-        raise VerifyError("truncated")
-    if b[1] != typ:
-        raise VerifyError("wrong_type")
-
+    """§4 format and type bytes. Guessed order: empty -> truncated, format,
+    missing type -> truncated, type."""
+    fail_if(len(b) < 1, "truncated")
+    fail_if(b[0] != 0x01, "unsupported_format")
+    fail_if(len(b) < 2, "truncated")
+    fail_if(b[1] != typ, "wrong_type")
 
 def decode_records(b):
     check_header(b, 0x01)
@@ -183,27 +166,22 @@ def decode_records(b):
         elif tag == 0x01:
             records.append(("leaf",))
         elif tag == 0x02:
-            if len(b) - i < 64:
-                raise VerifyError("truncated")
+            fail_if(len(b) - i < 64, "truncated")
             records.append(("other_leaf", bytes(b[i:i + 32]), bytes(b[i + 32:i + 64])))
             i += 64
         elif tag == 0x03:
-            if len(b) - i < 1:
-                raise VerifyError("truncated")
+            fail_if(len(b) - i < 1, "truncated")
             mask = b[i]
             i += 1
             n = bin(mask).count("1")
-            if len(b) - i < 32 * n:
-                raise VerifyError("truncated")
+            fail_if(len(b) - i < 32 * n, "truncated")
             hashes = [bytes(b[i + 32 * k:i + 32 * k + 32]) for k in range(n)]
             i += 32 * n
-            if any(h == EMPTY for h in hashes):
-                raise VerifyError("non_canonical")
+            fail_if(any(h == EMPTY for h in hashes), "non_canonical")
             records.append(("branch", mask, hashes))
         else:
             raise VerifyError("unknown_tag")
     return records
-
 
 def encode_records(records):
     out = bytearray(b"\x01\x01")
@@ -218,23 +196,17 @@ def encode_records(records):
             out += bytes([0x03, r[1]]) + b"".join(r[2])
     return bytes(out)
 
-
 # ---------------------------------------------------------------- §5.5 JSON form
 
 HASH_RE = re.compile(r"[0-9a-fA-F]{64}")
 
-
 def json_hash(s):
-    if not isinstance(s, str) or not HASH_RE.fullmatch(s):
-        raise VerifyError("malformed")
+    fail_if(not isinstance(s, str) or not HASH_RE.fullmatch(s), "malformed")
     return bytes.fromhex(s)
 
-
 def decode_json_proof(obj):
-    if not isinstance(obj, dict) or not isinstance(obj.get("records"), list):
-        raise VerifyError("malformed")
-    if obj.get("format") != 1:
-        raise VerifyError("unsupported_format")
+    fail_if(not isinstance(obj, dict) or not isinstance(obj.get("records"), list), "malformed")
+    fail_if(obj.get("format") != 1, "unsupported_format")
     records = []
     for r in obj["records"]:
         t = r.get("t") if isinstance(r, dict) else None
@@ -247,18 +219,15 @@ def decode_json_proof(obj):
             records.append(("other_leaf", p, vh))
         elif t == "branch":
             mask, hs = r.get("mask"), r.get("hashes")
-            if type(mask) is not int or not 0 <= mask <= 255 or not isinstance(hs, list):
-                raise VerifyError("malformed")
+            fail_if(type(mask) is not int or not 0 <= mask <= 255, "malformed")
+            fail_if(not isinstance(hs, list), "malformed")
             hashes = [json_hash(h) for h in hs]
-            if len(hashes) != bin(mask).count("1"):
-                raise VerifyError("malformed")
-            if any(h == EMPTY for h in hashes):
-                raise VerifyError("non_canonical")
+            fail_if(len(hashes) != bin(mask).count("1"), "malformed")
+            fail_if(any(h == EMPTY for h in hashes), "non_canonical")
             records.append(("branch", mask, hashes))
         else:
             raise VerifyError("unknown_tag")
     return records
-
 
 # ---------------------------------------------------------------- §5.2 / §5.3 verification
 
@@ -270,69 +239,52 @@ def frontier(E, lo=0, hi=16):
     mid = (lo + hi) // 2
     return frontier(E, lo, mid) + frontier(E, mid, hi)
 
-
 def verify_binary(comm, claims, proof_bytes):
-    if len(proof_bytes) > MAX_PROOF_BYTES:
-        raise VerifyError("too_large")
+    fail_if(len(proof_bytes) > MAX_PROOF_BYTES, "too_large")
     verify_records(comm, claims, decode_records(proof_bytes))
-
 
 def verify_json(comm, claims, proof_json):
     records = decode_json_proof(proof_json)
     # Guess: step 1 applied to the size of the equivalent binary encoding.
-    if len(encode_records(records)) > MAX_PROOF_BYTES:
-        raise VerifyError("too_large")
+    fail_if(len(encode_records(records)) > MAX_PROOF_BYTES, "too_large")
     verify_records(comm, claims, records)
 
-
 def verify_records(comm, claims, records):
-    if len(claims) == 0 or len(claims) > MAX_KEYS:
-        raise VerifyError("too_many_keys")
+    fail_if(len(claims) == 0 or len(claims) > MAX_KEYS, "too_many_keys")
     for key, value in claims:
-        if len(key) > MAX_KEY_BYTES or (value is not None and len(value) > MAX_VALUE_BYTES):
-            raise VerifyError("too_large")
+        fail_if(len(key) > MAX_KEY_BYTES, "too_large")
+        fail_if(value is not None and len(value) > MAX_VALUE_BYTES, "too_large")
     Q = sorted(((path_of(k), v) for k, v in claims), key=lambda q: q[0])
     for a, b in zip(Q, Q[1:]):
-        if a[0] == b[0]:
-            raise VerifyError("duplicate_key")
+        fail_if(a[0] == b[0], "duplicate_key")
     cursor = [0]
     h, _ = walk(0, Q, records, cursor)
-    if cursor[0] != len(records):
-        raise VerifyError("unused_records")
-    if h != comm:
-        raise VerifyError("root_mismatch")
-
+    fail_if(cursor[0] != len(records), "unused_records")
+    fail_if(h != comm, "root_mismatch")
 
 def walk(d, Q, records, cursor):
-    if cursor[0] >= len(records):
-        raise VerifyError("proof_exhausted")
+    fail_if(cursor[0] >= len(records), "proof_exhausted")
     r = records[cursor[0]]
     cursor[0] += 1
     present = [q for q in Q if q[1] is not None]
     if r[0] == "empty":
-        if present:
-            raise VerifyError("expected_present")
+        fail_if(present, "expected_present")
         return EMPTY, "empty"
     if r[0] == "leaf":
-        if len(present) != 1:
-            raise VerifyError("expected_absent")
+        fail_if(len(present) != 1, "expected_absent")
         p, v = present[0]
         return leaf_hash(p, value_hash(v)), "leaf"
     if r[0] == "other_leaf":
         _, p, vh = r
-        if present:
-            raise VerifyError("expected_present")
+        fail_if(present, "expected_present")
         for q in Q:
-            if p == q[0] or lcp(p, q[0]) < d:
-                raise VerifyError("other_leaf_mismatch")
+            fail_if(p == q[0] or lcp(p, q[0]) < d, "other_leaf_mismatch")
         return leaf_hash(p, vh), "leaf"
     _, mask, hashes = r
-    if d >= 64:
-        raise VerifyError("depth_exceeded")
+    fail_if(d >= 64, "depth_exceeded")
     E = sorted({nibble(q[0], d) for q in Q})
     F = frontier(E)
-    if mask >> len(F) != 0:
-        raise VerifyError("non_canonical")
+    fail_if(mask >> len(F) != 0, "non_canonical")
     units, leaf_units, child = bin(mask).count("1"), 0, {}
     for c in E:
         child[c], kind = walk(d + 1, [q for q in Q if nibble(q[0], d) == c], records, cursor)
@@ -340,12 +292,9 @@ def walk(d, Q, records, cursor):
             units += 1
         if kind == "leaf":
             leaf_units += 1
-    if units == 0:
-        raise VerifyError("non_canonical")
-    if units == 1 and leaf_units == 1:
-        raise VerifyError("non_canonical")
+    fail_if(units == 0, "non_canonical")
+    fail_if(units == 1 and leaf_units == 1, "non_canonical")
     return fold_with_frontier(E, F, mask, hashes, child), "branch"
-
 
 def fold_with_frontier(E, F, mask, hashes, child):
     """Compute the binary fold of §3.3 where frontier subtree i has a given hash."""
@@ -364,12 +313,10 @@ def fold_with_frontier(E, F, mask, hashes, child):
 
     return h(0, 16)
 
-
 # ---------------------------------------------------------------- §8 history
 
 def history_leaf(tid, version, root):
     return H(0x10, tid.to_bytes(4, "little") + version.to_bytes(8, "little") + root)
-
 
 def mth(leaves):
     n = len(leaves)
@@ -382,35 +329,26 @@ def mth(leaves):
         k *= 2
     return H(0x11, mth(leaves[:k]) + mth(leaves[k:]))
 
-
 def decode_history_proof(b, typ):
     """§8.2 (typ 3: index, tree_size) / §8.3 (typ 4: old_size, new_size)."""
     check_header(b, typ)
-    if len(b) < 2 + 8 + 8 + 1:
-        raise VerifyError("truncated")
+    fail_if(len(b) < 2 + 8 + 8 + 1, "truncated")
     a = int.from_bytes(b[2:10], "little")
     c = int.from_bytes(b[10:18], "little")
     count = b[18]
-    if count > MAX_HISTORY_HASHES:
-        raise VerifyError("too_large")
+    fail_if(count > MAX_HISTORY_HASHES, "too_large")
     end = 19 + 32 * count
-    if len(b) < end:
-        raise VerifyError("truncated")
-    if len(b) > end:
-        raise VerifyError("trailing_data")
+    fail_if(len(b) < end, "truncated")
+    fail_if(len(b) > end, "trailing_data")
     return a, c, [bytes(b[19 + 32 * k:51 + 32 * k]) for k in range(count)]
-
 
 def verify_inclusion(history_root, tree_size, leaf, proof):
     index, p_size, hashes = proof
-    if p_size != tree_size:
-        raise VerifyError("history_size_mismatch")
-    if index >= tree_size:
-        raise VerifyError("history_index_out_of_range")
+    fail_if(p_size != tree_size, "history_size_mismatch")
+    fail_if(index >= tree_size, "history_index_out_of_range")
     fn, sn, r = index, tree_size - 1, leaf
     for p in hashes:
-        if sn == 0:
-            raise VerifyError("history_proof_length")
+        fail_if(sn == 0, "history_proof_length")
         if fn % 2 == 1 or fn == sn:
             r = H(0x11, p + r)
             while fn % 2 == 0 and fn != 0:
@@ -420,41 +358,31 @@ def verify_inclusion(history_root, tree_size, leaf, proof):
             r = H(0x11, r + p)
         fn >>= 1
         sn >>= 1
-    if sn != 0:
-        raise VerifyError("history_proof_length")
-    if r != history_root:
-        raise VerifyError("history_root_mismatch")
-
+    fail_if(sn != 0, "history_proof_length")
+    fail_if(r != history_root, "history_root_mismatch")
 
 def verify_consistency(old_size, old_root, new_size, new_root, proof):
     p_old, p_new, hashes = proof
-    if p_old != old_size or p_new != new_size:
-        raise VerifyError("history_size_mismatch")
-    if old_size > new_size:
-        raise VerifyError("history_size_mismatch")
+    fail_if(p_old != old_size or p_new != new_size, "history_size_mismatch")
+    fail_if(old_size > new_size, "history_size_mismatch")
     if old_size == new_size:
-        if hashes:
-            raise VerifyError("history_proof_length")
-        if old_root != new_root:
-            raise VerifyError("history_root_mismatch")
+        fail_if(hashes, "history_proof_length")
+        fail_if(old_root != new_root, "history_root_mismatch")
         return
     if old_size == 0:
-        if hashes:
-            raise VerifyError("history_proof_length")
+        fail_if(hashes, "history_proof_length")
         return
     path = list(hashes)
     if old_size & (old_size - 1) == 0:
         path = [old_root] + path
-    if not path:
-        raise VerifyError("history_proof_length")
+    fail_if(not path, "history_proof_length")
     fn, sn = old_size - 1, new_size - 1
     while fn % 2 == 1:
         fn >>= 1
         sn >>= 1
     fr = sr = path[0]
     for c in path[1:]:
-        if sn == 0:
-            raise VerifyError("history_proof_length")
+        fail_if(sn == 0, "history_proof_length")
         if fn % 2 == 1 or fn == sn:
             fr = H(0x11, c + fr)
             sr = H(0x11, c + sr)
@@ -465,44 +393,34 @@ def verify_consistency(old_size, old_root, new_size, new_root, proof):
             sr = H(0x11, sr + c)
         fn >>= 1
         sn >>= 1
-    if sn != 0:
-        raise VerifyError("history_proof_length")
-    if fr != old_root or sr != new_root:
-        raise VerifyError("history_root_mismatch")
-
+    fail_if(sn != 0, "history_proof_length")
+    fail_if(fr != old_root or sr != new_root, "history_root_mismatch")
 
 # ---------------------------------------------------------------- §7 digests
 
 DIGEST_FIELDS = ("tid", "version", "root", "history_len", "history_root")
 
-
 def decode_digest(b):
     check_header(b, 0x02)
-    if len(b) < 86:
-        raise VerifyError("truncated")
-    if len(b) > 86:
-        raise VerifyError("trailing_data")
+    fail_if(len(b) < 86, "truncated")
+    fail_if(len(b) > 86, "trailing_data")
     d = {"tid": int.from_bytes(b[2:6], "little"), "version": int.from_bytes(b[6:14], "little"),
          "root": bytes(b[14:46]), "history_len": int.from_bytes(b[46:54], "little"),
          "history_root": bytes(b[54:86])}
-    if d["history_len"] == 0:
-        raise VerifyError("malformed")
+    fail_if(d["history_len"] == 0, "malformed")
     return d
-
 
 def encode_digest(d):
     return (b"\x01\x02" + d["tid"].to_bytes(4, "little") + d["version"].to_bytes(8, "little")
             + d["root"] + d["history_len"].to_bytes(8, "little") + d["history_root"])
 
-
 def digest_from_json(j):
     return {"tid": j["tid"], "version": j["version"], "root": json_hash(j["root"]),
             "history_len": j["history_len"], "history_root": json_hash(j["history_root"])}
 
-
 class DigestChecker:
     """§7.1. The spec leaves the bookkeeping open; this is the reading chosen here:
-    forks are looked for against every digest seen before (by (tid, version) and by (tid, history_len));
+    forks are looked for against every earlier digest of the same (tid, version) or (tid, history_len);
     a fork with a checkpoint on either side is a checkpoint_conflict; otherwise a source reporting a
     lower version or history_len than it reported before for the trie is a rollback; otherwise
     agreement if a digest with the same (tid, version) or (tid, history_len) was seen, else new."""
@@ -542,7 +460,6 @@ class DigestChecker:
             return "rollback"
         return "agreement" if comparable else "new"
 
-
 # ---------------------------------------------------------------- §9.2 exports
 
 def read_export(stream, trusted_root):
@@ -551,42 +468,33 @@ def read_export(stream, trusted_root):
 
     def take(n):
         nonlocal i
-        if len(b) - i < n:
-            raise VerifyError("truncated")
+        fail_if(len(b) - i < n, "truncated")
         out = bytes(b[i:i + n])
         i += n
         return out
 
     if len(b) < 8:
-        # Guess: a stream too short to hold the magic is bad_magic if what is there differs, else truncated.
+        # Guess: shorter than the magic -> bad_magic if what is there differs, else truncated.
         raise VerifyError("truncated" if b"LETUSEXP".startswith(bytes(b)) else "bad_magic")
-    if take(8) != b"LETUSEXP":
-        raise VerifyError("bad_magic")
-    if take(1)[0] != 0x01:
-        raise VerifyError("unsupported_format")
+    fail_if(take(8) != b"LETUSEXP", "bad_magic")
+    fail_if(take(1)[0] != 0x01, "unsupported_format")
     take(4 + 8 + 32)             # tid, version, claimed root: not trusted
     root = StreamingRoot()
     while True:
         tag = take(1)[0]
         if tag == 0xFF:
             count = int.from_bytes(take(8), "little")
-            if count != root.count:
-                raise VerifyError("count_mismatch")
-            if i != len(b):
-                raise VerifyError("trailing_data")
+            fail_if(count != root.count, "count_mismatch")
+            fail_if(i != len(b), "trailing_data")
             break
-        if tag != 0x01:
-            raise VerifyError("unknown_tag")
+        fail_if(tag != 0x01, "unknown_tag")
         klen = int.from_bytes(take(4), "little")
         vlen = int.from_bytes(take(4), "little")
-        if klen > MAX_KEY_BYTES or vlen > MAX_VALUE_BYTES:
-            raise VerifyError("too_large")
+        fail_if(klen > MAX_KEY_BYTES or vlen > MAX_VALUE_BYTES, "too_large")
         key, value = take(klen), take(vlen)
         root.update(key, value)
-    if root.finalize() != trusted_root:
-        raise VerifyError("root_mismatch")
+    fail_if(root.finalize() != trusted_root, "root_mismatch")
     return root.count
-
 
 # ---------------------------------------------------------------- vector checking
 
@@ -598,9 +506,8 @@ def run(fn):
     except VerifyError as e:
         return e.code
 
-
 def expect(case, code):
-    """Compare an outcome code (None = success) with the case's valid/error fields; return a problem or None."""
+    """Compare an outcome (None = success) with the case's valid/error; return a problem or None."""
     want = case.get("error")
     if want is None and not case.get("valid", False):
         return "case has neither valid:true nor error"
@@ -608,10 +515,8 @@ def expect(case, code):
         return None if code is None else f"expected valid, got {code}"
     return None if code == want else f"expected {want}, got {code or 'valid'}"
 
-
 def hx(s):
     return bytes.fromhex(s)
-
 
 def check_roots(case):
     pairs = [(hx(p["key"]), hx(p["value"])) for p in case["pairs"]]
@@ -628,10 +533,10 @@ def check_roots(case):
         return "streaming root (§9.1) differs from recursive root (§3.3)"
     return None
 
-
 def check_proofs(case):
     root = hx(case["root"])
-    claims = [(hx(c["key"]), None if c.get("value") is None else hx(c["value"])) for c in case["claims"]]
+    claims = [(hx(c["key"]), None if c.get("value") is None else hx(c["value"]))
+              for c in case["claims"]]
     proof = hx(case["proof"])
     problem = expect(case, run(lambda: verify_binary(root, claims, proof)))
     if problem:
@@ -651,7 +556,6 @@ def check_proofs(case):
             return f"json: decode failed with {e.code}"
     problem = expect(case, run(lambda: verify_json(root, claims, pj)))
     return "json: " + problem if problem else None
-
 
 def check_history(case):
     t = case["type"]
@@ -678,7 +582,6 @@ def check_history(case):
         return expect(case, run(go))
     return f"unknown history case type {t!r}"
 
-
 def check_digests(case):
     t = case["type"]
     if t == "encoding":
@@ -703,7 +606,6 @@ def check_digests(case):
         return None
     return f"unknown digest case type {t!r}"
 
-
 def check_exports(case):
     result = {}
 
@@ -714,10 +616,8 @@ def check_exports(case):
         problem = f"record count {result['n']}, vector {case['records']}"
     return problem
 
-
 CHECKERS = {"roots": check_roots, "proofs": check_proofs, "history": check_history,
             "digests": check_digests, "exports": check_exports}
-
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
@@ -748,7 +648,6 @@ def main():
                 passed += 1
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

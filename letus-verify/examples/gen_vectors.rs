@@ -504,8 +504,54 @@ fn proofs() -> Vec<Value> {
         .pop();
     let mut j4 = pj.clone();
     j4["records"][0]["hashes"][0] = json!("zz");
+    let mut j5 = pj.clone();
+    j5["records"][0]["mask"] = json!(256);
+    // Uppercase hex is accepted (SPEC.md §1).
+    let mut upper = pj.clone();
+    upper["records"][0]["hashes"][0] = json!(upper["records"][0]["hashes"][0]
+        .as_str()
+        .expect("hex")
+        .to_uppercase());
+    let mut c = proof_case_bytes(
+        "json with uppercase hex",
+        &root,
+        &[present(&k7, &v7)],
+        &b7,
+        Some(upper),
+        None,
+    );
+    c["json_reencodes"] = json!(false);
+    cases.push(c);
+    let excl = t.prove(&[b"missing-a"]);
+    let mut j6 = serde_json::to_value(excl.to_json_value()).expect("json");
+    let last = j6["records"].as_array().map_or(0, |a| a.len()) - 1;
+    if j6["records"][last]["t"] == "other_leaf" {
+        j6["records"][last]
+            .as_object_mut()
+            .expect("object")
+            .remove("value_hash");
+        let mut c = proof_case_bytes(
+            "json other_leaf without value_hash",
+            &root,
+            &[absent(b"missing-a")],
+            &excl.encode(),
+            Some(j6),
+            None,
+        );
+        c["json_error"] = json!("malformed");
+        cases.push(c);
+    }
+    cases.push(proof_case_bytes(
+        "one byte",
+        &root,
+        &[present(&k7, &v7)],
+        &[1],
+        None,
+        Some("truncated"),
+    ));
     for (name, j, code) in [
         ("json format 2", j1, "unsupported_format"),
+        ("json mask above 255", j5, "malformed"),
         ("json unknown record type", j2, "unknown_tag"),
         ("json hash count differs from the mask", j3, "malformed"),
         ("json bad hex", j4, "malformed"),
@@ -655,6 +701,15 @@ fn history() -> Vec<Value> {
         &wrong_type,
         Some("wrong_type"),
     ));
+    cases.push(incl("one byte", n, &r, &es[4], &[1], Some("truncated")));
+    cases.push(incl(
+        "trailing byte",
+        n,
+        &r,
+        &es[4],
+        &[pb.clone(), vec![0]].concat(),
+        Some("trailing_data"),
+    ));
 
     let cons = |name: &str,
                 old: u64,
@@ -739,6 +794,26 @@ fn history() -> Vec<Value> {
         &longer.encode().expect("encode"),
         Some("history_proof_length"),
     ));
+    let mut over = pb[..18].to_vec();
+    over.push(200);
+    cases.push(cons(
+        "hash count above 128",
+        7,
+        &tree.root_at(7).expect("7"),
+        n,
+        &r,
+        &over,
+        Some("too_large"),
+    ));
+    cases.push(cons(
+        "trailing byte",
+        7,
+        &tree.root_at(7).expect("7"),
+        n,
+        &r,
+        &[pb.clone(), vec![0]].concat(),
+        Some("trailing_data"),
+    ));
     cases
 }
 
@@ -778,6 +853,7 @@ fn digests() -> Vec<Value> {
     .encode();
     let decode = |name: &str, bytes: &[u8], code: &str| json!({"name": name, "type": "decode", "binary": hex(bytes), "error": code});
     cases.push(decode("truncated", &b[..85], "truncated"));
+    cases.push(decode("one byte", &b[..1], "truncated"));
     cases.push(decode(
         "trailing byte",
         &[b.clone(), vec![0]].concat(),
@@ -998,6 +1074,28 @@ fn exports() -> Vec<Value> {
         &EMPTY,
         Err("too_large"),
     ));
+    let mut big_value = ExportHeader {
+        tid: 0,
+        version: 1,
+        root: EMPTY,
+    }
+    .encode();
+    big_value.push(0x01);
+    big_value.extend_from_slice(&5u32.to_le_bytes());
+    big_value.extend_from_slice(&(16 * 1024 * 1024 + 1u32).to_le_bytes());
+    cases.push(case(
+        "value length above the limit",
+        &big_value,
+        &EMPTY,
+        Err("too_large"),
+    ));
+    cases.push(case(
+        "shorter than the magic",
+        b"LETUS",
+        &EMPTY,
+        Err("truncated"),
+    ));
+    cases.push(case("not an export", b"LEX", &EMPTY, Err("bad_magic")));
     cases
 }
 

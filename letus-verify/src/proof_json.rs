@@ -86,6 +86,23 @@ fn hash_field(s: Option<&String>) -> Result<Hash, DecodeError> {
         ))
 }
 
+impl Proof {
+    /// Converts the JSON form, enforcing `limits.max_proof_bytes` on the equivalent binary length.
+    pub fn from_json(j: &ProofJson, limits: &crate::Limits) -> Result<Proof, DecodeError> {
+        let p = Proof::try_from(j)?;
+        let size = p.encoded_len();
+        if size > limits.max_proof_bytes {
+            return Err(DecodeError::TooLarge {
+                what: "proof",
+                size: size as u64,
+                limit: limits.max_proof_bytes as u64,
+            });
+        }
+        Ok(p)
+    }
+}
+
+/// Converts without a size limit; use [`Proof::from_json`] for input from outside.
 impl TryFrom<&ProofJson> for Proof {
     type Error = DecodeError;
 

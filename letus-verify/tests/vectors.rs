@@ -124,7 +124,7 @@ fn proofs() {
         );
         if let Some(j) = c.get("proof_json") {
             let pj: ProofJson = serde_json::from_value(j.clone()).unwrap();
-            let from_json = Proof::try_from(&pj);
+            let from_json = Proof::from_json(&pj, &limits);
             match c.get("json_error") {
                 Some(code) => assert_eq!(
                     from_json.map_err(|e| e.code()),
@@ -140,12 +140,14 @@ fn proofs() {
                             "json and binary agree: {}",
                             name(&c)
                         );
-                        assert_eq!(
-                            &serde_json::to_value(b.to_json_value()).unwrap(),
-                            j,
-                            "json encoding: {}",
-                            name(&c)
-                        );
+                        if c.get("json_reencodes") != Some(&Value::Bool(false)) {
+                            assert_eq!(
+                                &serde_json::to_value(b.to_json_value()).unwrap(),
+                                j,
+                                "json encoding: {}",
+                                name(&c)
+                            );
+                        }
                     }
                     assert_eq!(
                         check_proof(&root, &claims, from_json),
