@@ -14,6 +14,9 @@ use letus_verify::reference::ReferenceTrie;
 use letus_verify::{Digest, DigestChecker, Hash, HistoryTree, KeyPath, Proof, EMPTY};
 use serde_json::{json, Value};
 
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+type Steps<'a> = Vec<(Option<&'a str>, Digest)>;
+
 fn key(i: u32) -> Vec<u8> {
     format!("account-{i:05}").into_bytes()
 }
@@ -35,7 +38,7 @@ fn file(kind: &str, description: &str, cases: Vec<Value>) -> Value {
 }
 
 fn roots() -> Vec<Value> {
-    let mut sets: Vec<(&str, Vec<(Vec<u8>, Vec<u8>)>)> = vec![
+    let mut sets: Vec<(&str, Pairs)> = vec![
         ("empty trie", vec![]),
         ("one key", vec![(b"alice".to_vec(), b"50".to_vec())]),
         ("one key, empty value", vec![(b"alice".to_vec(), vec![])]),
@@ -872,7 +875,7 @@ fn digests() -> Vec<Value> {
         history_root: value_hash(&[tag, b"h"].concat()),
         ..*d
     };
-    let scenarios: Vec<(&str, Vec<(Option<&str>, Digest)>)> = vec![
+    let scenarios: Vec<(&str, Steps)> = vec![
         (
             "two nodes agree",
             vec![

@@ -30,13 +30,16 @@ fn main() {
             let i = (s * 7_919_993) % n;
             let k = format!("account-{i}").into_bytes();
             let p = t.prove(&[&k]);
-            verify_proof(&root, &k, t.get(&k), &p, &Limits::default()).expect("inclusion verifies");
+            let read = verify_proof(&root, &k, t.get(&k), &p, &Limits::default())
+                .expect("inclusion verifies");
+            assert!(read.is_present());
             levels += p.records.len() - 1;
             inc.push(p.encoded_len());
             let missing = format!("missing-{s}").into_bytes();
             let p = t.prove(&[&missing]);
-            verify_proof(&root, &missing, None, &p, &Limits::default())
+            let read = verify_proof(&root, &missing, None, &p, &Limits::default())
                 .expect("exclusion verifies");
+            assert!(!read.is_present());
             exc.push(p.encoded_len());
         }
         let mean = |v: &[usize]| v.iter().sum::<usize>() as f64 / v.len() as f64;

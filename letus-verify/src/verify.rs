@@ -166,7 +166,7 @@ fn check(
             index,
         })
         .collect();
-    q.sort_by(|a, b| a.path.cmp(&b.path));
+    q.sort_by_key(|e| e.path);
     for w in q.windows(2) {
         if let [a, b] = w {
             if a.path == b.path {

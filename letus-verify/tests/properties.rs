@@ -192,7 +192,8 @@ fn deep_chains_and_small_tries() {
     assert_eq!(streaming_root(&t), t.root());
     for k in [&a, &b] {
         let p = t.prove(&[k]);
-        verify_proof(&t.root(), k, t.get(k), &p, &Limits::default()).unwrap();
+        let read = verify_proof(&t.root(), k, t.get(k), &p, &Limits::default()).unwrap();
+        assert_eq!(read.value(), t.get(k));
     }
     let p = t.prove(&[&a, &b, &b"absent"[..]]);
     let claims = [
@@ -200,5 +201,7 @@ fn deep_chains_and_small_tries() {
         Claim::present(&b, b"2"),
         Claim::absent(b"absent"),
     ];
-    verify_multi_proof(&t.root(), &claims, &p, &Limits::default()).unwrap();
+    let reads = verify_multi_proof(&t.root(), &claims, &p, &Limits::default()).unwrap();
+    assert_eq!(reads.get(b"absent"), Some(None));
+    assert_eq!(reads.get(&b), Some(Some(&b"2"[..])));
 }

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs every test of the project, first installing what is missing (from the registries only).
+# This is the README's test command; .ci/run calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "toolchain targets"
+for t in wasm32-unknown-unknown thumbv7em-none-eabihf; do
+  rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+done
+
+step "python packages for the independent vector check"
+python3 -c 'import blake3' 2>/dev/null || python3 -m pip install --quiet blake3
+
+step "formatting and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "no_std builds of letus-verify (no std at all, and the browser target)"
+cargo build --quiet -p letus-verify --no-default-features --target thumbv7em-none-eabihf
+cargo build --quiet -p letus-verify --no-default-features --target wasm32-unknown-unknown
+
+step "independent implementation of SPEC.md (Python) against the test vectors"
+python3 tools/check_vectors.py
+
+step "cargo test (workspace)"
+cargo test --workspace
