@@ -1,10 +1,24 @@
 //! `letus-core`: the letus storage engine.
 //!
-//! The persistent engine (DMM-Trie pages in LSVPS, values in VDLS) is built on the hashing and proof rules of
-//! `letus-verify`, which this crate re-exports so that users of the engine see one set of types and the
-//! prover can never drift from the verifier. What exists today is that shared vocabulary; the store itself is
-//! tracked by its own issue.
+//! A multi-version, verifiable key-value store for blockchains, after the LETUS design:
+//! - the **DMM-Trie** ([`trie`]): the 16-ary, leaf-compressed Merkle trie of `letus-verify`'s SPEC.md, managed as
+//!   pages of two levels, every node and page carrying the version of its newest data;
+//! - **LSVPS** ([`lsvps`]): pages stored as DeltaPages and BasePages keyed by `(tid, page id, version, kind)` in
+//!   immutable, version-ordered index files, with no compaction;
+//! - **VDLS** ([`vdls`]): an append-only log of `(version, key, value)` records that leaves point into, and that
+//!   doubles as the write-ahead log of each commit.
+//!
+//! The on-disk format, its checksums and the crash argument are in `FORMAT.md`.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
+pub mod error;
+pub mod fsutil;
+pub mod lsvps;
+pub mod metrics;
+pub mod trie;
+pub mod vdls;
+
+pub use error::{Error, Result};
 pub use letus_verify as verify;
 pub use letus_verify::{Digest, Hash, Proof, TrieId, Version};

@@ -1,0 +1,115 @@
+//! Errors of the engine. Corruption always names the file and the offset; it is never returned as data.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use letus_verify::{TrieId, Version};
+
+/// What went wrong in a store operation.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// An I/O error on `path`.
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Stored bytes fail their checksum or do not parse.
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Byte offset of the damaged structure.
+        offset: u64,
+        /// What was expected there.
+        what: String,
+    },
+    /// A file has a format version this build does not read (newer, or an upgrade is required).
+    UnsupportedFormat {
+        /// The file.
+        path: PathBuf,
+        /// Its format version.
+        found: u32,
+    },
+    /// `commit(V)` with `V` not above the last committed version.
+    VersionNotIncreasing {
+        /// The version asked for.
+        requested: Version,
+        /// The last committed version.
+        last: Version,
+    },
+    /// A version that was never committed (or is newer than the last commit).
+    VersionNotFound(Version),
+    /// A trie id that has no data at the requested version.
+    UnknownTrie(TrieId),
+    /// A key or value above the configured limits.
+    TooLarge {
+        /// "key" or "value".
+        what: &'static str,
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The store directory is locked by another process.
+    Locked(PathBuf),
+    /// An earlier I/O failure left the store in a state where it must be reopened.
+    Poisoned,
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn corrupt(path: impl Into<PathBuf>, offset: u64, what: impl Into<String>) -> Self {
+        Error::Corrupt {
+            path: path.into(),
+            offset,
+            what: what.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io { path, source } => write!(f, "I/O error on {}: {source}", path.display()),
+            Error::Corrupt { path, offset, what } => {
+                write!(f, "corruption in {} at offset {offset}: {what}", path.display())
+            }
+            Error::UnsupportedFormat { path, found } => write!(
+                f,
+                "{} has format version {found}, which this build cannot read",
+                path.display()
+            ),
+            Error::VersionNotIncreasing { requested, last } => write!(
+                f,
+                "version {requested} is not above the last committed version {last}"
+            ),
+            Error::VersionNotFound(v) => write!(f, "version {v} was never committed"),
+            Error::UnknownTrie(t) => write!(f, "trie {t} does not exist at that version"),
+            Error::TooLarge { what, size, limit } => {
+                write!(f, "{what} of {size} bytes is above the limit of {limit}")
+            }
+            Error::Locked(p) => write!(f, "{} is in use by another process", p.display()),
+            Error::Poisoned => write!(f, "an earlier write failed; reopen the store"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Result with the engine's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,56 @@
+//! File helpers shared by every on-disk structure: errors carry their path, directories are fsynced after
+//! a file is created, renamed or removed (so the name itself is durable), and reads at an offset are `pread`s
+//! that many threads can issue at once.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// fsyncs a directory so that entries created, renamed or removed in it survive a crash.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(dir, e))
+}
+
+/// Opens an existing file read-only.
+pub fn open_read(path: &Path) -> Result<File> {
+    File::open(path).map_err(|e| Error::io(path, e))
+}
+
+/// Creates a new file for writing (fails if it exists).
+pub fn create_new(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))
+}
+
+/// Opens an existing file for reading and writing.
+pub fn open_rw(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))
+}
+
+/// Reads exactly `buf.len()` bytes at `offset`; a short file is reported as corruption, not as data.
+pub fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
+    file.read_exact_at(buf, offset).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::corrupt(path, offset, format!("file ends inside a {}-byte structure", buf.len()))
+        } else {
+            Error::io(path, e)
+        }
+    })
+}
+
+/// CRC-32C-style checksum used by every on-disk structure (crc32fast: CRC-32/ISO-HDLC).
+pub fn crc(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes)
+}
