@@ -52,6 +52,15 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// Full verification found stored data that does not hash to what the trie says.
+    Mismatch {
+        /// Where: a leaf, a page, or the root.
+        at: String,
+        /// The hash stored (or trusted).
+        expected: letus_verify::Hash,
+        /// The hash recomputed from the values.
+        computed: letus_verify::Hash,
+    },
     /// The store directory is locked by another process.
     Locked(PathBuf),
     /// An earlier I/O failure left the store in a state where it must be reopened.
@@ -80,7 +89,11 @@ impl fmt::Display for Error {
         match self {
             Error::Io { path, source } => write!(f, "I/O error on {}: {source}", path.display()),
             Error::Corrupt { path, offset, what } => {
-                write!(f, "corruption in {} at offset {offset}: {what}", path.display())
+                write!(
+                    f,
+                    "corruption in {} at offset {offset}: {what}",
+                    path.display()
+                )
             }
             Error::UnsupportedFormat { path, found } => write!(
                 f,
@@ -95,6 +108,16 @@ impl fmt::Display for Error {
             Error::UnknownTrie(t) => write!(f, "trie {t} does not exist at that version"),
             Error::TooLarge { what, size, limit } => {
                 write!(f, "{what} of {size} bytes is above the limit of {limit}")
+            }
+            Error::Mismatch {
+                at,
+                expected,
+                computed,
+            } => {
+                write!(
+                    f,
+                    "mismatch at {at}: expected {expected}, recomputed {computed}"
+                )
             }
             Error::Locked(p) => write!(f, "{} is in use by another process", p.display()),
             Error::Poisoned => write!(f, "an earlier write failed; reopen the store"),

@@ -43,7 +43,11 @@ pub fn open_rw(path: &Path) -> Result<File> {
 pub fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
     file.read_exact_at(buf, offset).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            Error::corrupt(path, offset, format!("file ends inside a {}-byte structure", buf.len()))
+            Error::corrupt(
+                path,
+                offset,
+                format!("file ends inside a {}-byte structure", buf.len()),
+            )
         } else {
             Error::io(path, e)
         }

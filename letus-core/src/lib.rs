@@ -16,9 +16,14 @@ pub mod error;
 pub mod fsutil;
 pub mod lsvps;
 pub mod metrics;
+pub mod options;
+pub mod roots_log;
+pub mod store;
 pub mod trie;
 pub mod vdls;
 
 pub use error::{Error, Result};
 pub use letus_verify as verify;
 pub use letus_verify::{Digest, Hash, Proof, TrieId, Version};
+pub use options::Options;
+pub use store::{FullVerification, HistoryEntry, Store};

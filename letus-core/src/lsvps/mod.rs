@@ -1,1 +1,30 @@
-//! LSVPS
+//! LSVPS, the Log-Structured Versioned Page Store: the pages of the DMM-Trie stored as BasePages (full page
+//! checkpoints) and DeltaPages (changes since), keyed by `K_P = (tid, page id, version, kind)`.
+//!
+//! - [`PageId`], [`PageKind`], [`PageKey`]: the key and its fixed 46-byte encoding; the key order puts all
+//!   records of one page together, by version, so "the page as of version V" is a floor lookup.
+//! - [`MemIndexTable`]: records created in memory, not yet flushed.
+//! - [`IndexFileWriter`] / [`IndexFile`]: one immutable index file (page blocks, index blocks, a lookup block kept
+//!   in memory, a footer), written once by a flush and never compacted. Every record of file `k` has its version
+//!   in `(max_version of file k-1, max_version of file k]`, so the engine picks the one file to search from the
+//!   [`FileMeta`] of each file.
+//! - [`BlockCache`]: decoded index blocks shared by all files, bounded in bytes.
+//!
+//! Page records are opaque byte strings here; the trie module encodes them. The byte layout, the checksums and the
+//! crash argument are in `letus-core/FORMAT-lsvps.md`.
+
+mod block_cache;
+mod index_file;
+mod mem_index;
+mod page_key;
+
+#[cfg(test)]
+mod tests;
+
+pub use block_cache::BlockCache;
+pub use index_file::{
+    FileMeta, IndexFile, IndexFileWriter, ENTRY_LEN, FOOTER_LEN, FORMAT_VERSION, HEADER_LEN,
+    INDEX_BLOCK_TARGET, MAGIC, MAX_ENTRIES_PER_BLOCK, MAX_RECORD_LEN, PAGE_BLOCK_HEADER_LEN,
+};
+pub use mem_index::{MemIndexTable, ENTRY_OVERHEAD};
+pub use page_key::{PageId, PageKey, PageKind, MAX_PAGE_DEPTH};

@@ -1,1 +1,561 @@
-//! VDLS
+//! VDLS, the Versioned Data Logging Stream: an append-only log of data files holding `(version, tid, key, value)`
+//! records. Trie leaves store a record's [`Location`]; each record carries the location of the same key's previous
+//! record, so a key's history can be walked backwards ([`Vdls::history`]).
+//!
+//! The log is also the engine's write-ahead log. A commit appends the Put/Delete records of one version, then a
+//! Commit record, writes them with one positional write and fdatasyncs: a commit is durable exactly when its
+//! Commit record is on disk. [`Vdls::open`] replays the complete commit groups after a given position and cuts off
+//! a torn or uncommitted tail. The byte layout, the checksums and the crash argument are in `FORMAT-vdls.md`.
+//!
+//! Invariants (relied on by recovery, see `recovery.rs`):
+//! - data files are `NNNNNN.vdl` with ids contiguous from 1; only the last one is ever written to;
+//! - a commit group (records + Commit record) never spans two files;
+//! - a data file is complete and fsynced before the next one is created, and the next one's header records its
+//!   final length;
+//! - nothing is ever overwritten: bytes past the durable end of the last file were never written before (a
+//!   recovery truncation is fsynced before any new append).
+
+mod record;
+mod recovery;
+#[cfg(test)]
+mod tests;
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::metrics::Counters;
+
+use record::{Header, Update};
+pub use record::{
+    FORMAT_VERSION, HEADER_LEN, MAGIC, MAX_KEY_BYTES, MAX_PAYLOAD_BYTES, MAX_VALUE_BYTES,
+};
+
+/// Where a record is: data file id, byte offset, and the whole encoded record length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Location {
+    /// Data file id (file `NNNNNN.vdl`, ids start at 1).
+    pub file_id: u32,
+    /// Byte offset of the record in the file.
+    pub offset: u64,
+    /// Length of the whole encoded record.
+    pub len: u32,
+}
+
+/// A point in the log: the byte `offset` of data file `file_id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Position {
+    /// Data file id.
+    pub file_id: u32,
+    /// Byte offset in that file.
+    pub offset: u64,
+}
+
+impl Position {
+    /// The start of the log: the first record of the first file.
+    pub const START: Position = Position {
+        file_id: 1,
+        offset: HEADER_LEN,
+    };
+}
+
+/// One record of the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// `key` has `value` in trie `tid` from `version` on.
+    Put {
+        /// The version that wrote it.
+        version: u64,
+        /// The trie.
+        tid: u32,
+        /// The key.
+        key: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+        /// The same key's previous record, if any.
+        prev: Option<Location>,
+    },
+    /// `key` is deleted from trie `tid` at `version`.
+    Delete {
+        /// The version that wrote it.
+        version: u64,
+        /// The trie.
+        tid: u32,
+        /// The key.
+        key: Vec<u8>,
+        /// The same key's previous record, if any.
+        prev: Option<Location>,
+    },
+    /// Closes the group of records of `version`; the group is durable once this record is on disk.
+    Commit {
+        /// The committed version.
+        version: u64,
+        /// Engine data stored with the commit (opaque to VDLS).
+        payload: Vec<u8>,
+    },
+}
+
+impl Record {
+    /// The record's version.
+    pub fn version(&self) -> u64 {
+        match self {
+            Record::Put { version, .. }
+            | Record::Delete { version, .. }
+            | Record::Commit { version, .. } => *version,
+        }
+    }
+
+    /// The key of a Put or Delete.
+    pub fn key(&self) -> Option<&[u8]> {
+        match self {
+            Record::Put { key, .. } | Record::Delete { key, .. } => Some(key),
+            Record::Commit { .. } => None,
+        }
+    }
+
+    /// The previous record of the same key (Put or Delete).
+    pub fn prev(&self) -> Option<Location> {
+        match self {
+            Record::Put { prev, .. } | Record::Delete { prev, .. } => *prev,
+            Record::Commit { .. } => None,
+        }
+    }
+}
+
+/// Options of [`Vdls::open`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VdlsOptions {
+    /// Start a new data file at the next commit once the active one is larger than this (default 256 MiB).
+    pub file_bytes: u64,
+    /// fdatasync at every commit (default true). `false` only for benchmarks of the CPU path: then a commit is
+    /// not durable against an OS crash, and such a crash may even be reported as corruption at open.
+    pub sync: bool,
+}
+
+impl Default for VdlsOptions {
+    fn default() -> Self {
+        VdlsOptions {
+            file_bytes: 256 * 1024 * 1024,
+            sync: true,
+        }
+    }
+}
+
+/// One data file. `len` is its committed length: every byte below it is durable (or, with `sync: false`,
+/// written), and no byte at or above it is part of the log.
+#[derive(Debug)]
+struct DataFile {
+    id: u32,
+    path: PathBuf,
+    file: File,
+    len: u64,
+}
+
+/// The uncommitted group being buffered.
+#[derive(Debug, Default)]
+struct Group {
+    /// Whether `file_id`/`start` have been chosen (the first append or the commit of an empty group chooses).
+    open: bool,
+    /// The file the group will be written to: the active file, or the next one when rotating.
+    file_id: u32,
+    /// Offset of the group's first record in that file.
+    start: u64,
+    /// The version of the buffered records (all equal).
+    version: Option<u64>,
+    /// Number of buffered Put/Delete records.
+    records: u32,
+    /// The encoded records.
+    buf: Vec<u8>,
+}
+
+/// The log. `Send + Sync`: `read`, `read_many` and `history` take `&self` and only `pread`; appends take
+/// `&mut self`, so no read can run concurrently with a commit that changes the file list.
+pub struct Vdls {
+    dir: PathBuf,
+    opts: VdlsOptions,
+    counters: Arc<Counters>,
+    /// Data files, `files[i].id == i + 1`; the last one is the active one. Never empty.
+    files: Vec<DataFile>,
+    /// Position after the last committed record; always `(active id, active len)`.
+    end: Position,
+    /// Version of the last commit seen (replayed or written); `None` when unknown (nothing replayed yet).
+    last_version: Option<u64>,
+    group: Group,
+    /// Set when a write, fsync or file creation failed: nothing can be assumed about the file any more.
+    poisoned: bool,
+}
+
+impl std::fmt::Debug for Vdls {
+    // Not derived: the group buffer can hold megabytes of record bytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vdls")
+            .field("dir", &self.dir)
+            .field("opts", &self.opts)
+            .field("files", &self.files.len())
+            .field("end", &self.end)
+            .field("last_version", &self.last_version)
+            .field("buffered_records", &self.group.records)
+            .field("buffered_bytes", &self.group.buf.len())
+            .field("poisoned", &self.poisoned)
+            .finish()
+    }
+}
+
+fn file_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("{id:06}.vdl"))
+}
+
+/// A misuse of the API (not a disk problem).
+fn invalid(dir: &Path, msg: impl Into<String>) -> Error {
+    Error::io(dir, io::Error::new(io::ErrorKind::InvalidInput, msg.into()))
+}
+
+impl Vdls {
+    /// Opens the log in `dir` (created if missing) and replays every record of every complete commit group after
+    /// `from`, in log order, the Commit record included. A torn or uncommitted tail is cut (file truncated and
+    /// fsynced, later files removed, directory fsynced); damage before the last complete commit is
+    /// [`Error::Corrupt`]. `from` must be [`Position::START`] or a position returned by [`Vdls::commit`] /
+    /// [`Vdls::end`]. The rule that separates a torn tail from corruption is in `FORMAT-vdls.md`.
+    pub fn open(
+        dir: &Path,
+        opts: VdlsOptions,
+        counters: Arc<Counters>,
+        from: Position,
+        replay: impl FnMut(Location, &Record) -> Result<()>,
+    ) -> Result<Vdls> {
+        let r = recovery::recover(dir, &counters, from, replay)?;
+        let end = Position {
+            file_id: r.files.last().map_or(1, |f| f.id),
+            offset: r.files.last().map_or(HEADER_LEN, |f| f.len),
+        };
+        Ok(Vdls {
+            dir: dir.to_path_buf(),
+            opts,
+            counters,
+            files: r.files,
+            end,
+            last_version: r.last_version,
+            group: Group::default(),
+            poisoned: false,
+        })
+    }
+
+    /// Buffers a Put or Delete record in memory (nothing is written yet) and returns where it will be once
+    /// committed. All records of a group must have the same version, above the last committed one.
+    pub fn append(&mut self, rec: &Record) -> Result<Location> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        let Some(u) = Update::of(rec) else {
+            return Err(invalid(
+                &self.dir,
+                "append takes Put or Delete records; use commit",
+            ));
+        };
+        if u.key.len() > MAX_KEY_BYTES {
+            return Err(Error::TooLarge {
+                what: "key",
+                size: u.key.len(),
+                limit: MAX_KEY_BYTES,
+            });
+        }
+        if let Some(v) = u.value {
+            if v.len() > MAX_VALUE_BYTES {
+                return Err(Error::TooLarge {
+                    what: "value",
+                    size: v.len(),
+                    limit: MAX_VALUE_BYTES,
+                });
+            }
+        }
+        self.check_version(u.version)?;
+        if self.group.records == u32::MAX {
+            return Err(invalid(&self.dir, "too many records in one commit group"));
+        }
+        self.begin_group()?;
+        let loc = Location {
+            file_id: self.group.file_id,
+            offset: self.group.start + self.group.buf.len() as u64,
+            len: u.encoded_len() as u32,
+        };
+        if let Some(p) = u.prev {
+            // Decoding rejects a prev link that is not strictly before its record (that makes history walks
+            // terminate); never write one, or the log would become unreadable.
+            if !record::prev_is_before(p, loc.file_id, loc.offset) {
+                return Err(invalid(
+                    &self.dir,
+                    format!("prev {p:?} is not a record location before the new record at {loc:?}"),
+                ));
+            }
+        }
+        u.encode(&mut self.group.buf);
+        self.group.version = Some(u.version);
+        self.group.records += 1;
+        Ok(loc)
+    }
+
+    /// Appends the Commit record for `version`, writes the group, fdatasyncs (when `opts.sync`) and returns the
+    /// position just after the Commit record. Once it returns `Ok`, the group survives any crash. A group never
+    /// spans two files: rotation happens here, before the group is written, and the new file's creation is made
+    /// durable first. Any I/O failure poisons the log (later appends and commits return [`Error::Poisoned`]); a
+    /// group whose commit failed may or may not be replayed by the next open.
+    pub fn commit(&mut self, version: u64, payload: &[u8]) -> Result<Position> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        if payload.len() > MAX_PAYLOAD_BYTES {
+            return Err(Error::TooLarge {
+                what: "commit payload",
+                size: payload.len(),
+                limit: MAX_PAYLOAD_BYTES,
+            });
+        }
+        self.check_version(version)?;
+        self.begin_group()?;
+        let g = &mut self.group;
+        record::encode_commit(&mut g.buf, version, g.start, g.records, payload);
+        let group = std::mem::take(&mut self.group);
+        match self.write_group(&group) {
+            Ok(end) => {
+                self.end = end;
+                self.last_version = Some(version);
+                // Keep the buffer's allocation for the next group.
+                let mut buf = group.buf;
+                buf.clear();
+                self.group = Group {
+                    buf,
+                    ..Group::default()
+                };
+                Ok(end)
+            }
+            Err(e) => {
+                self.poisoned = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// Drops the buffered records of the uncommitted group.
+    pub fn abort(&mut self) {
+        let mut buf = std::mem::take(&mut self.group.buf);
+        buf.clear();
+        self.group = Group {
+            buf,
+            ..Group::default()
+        };
+    }
+
+    /// Reads and checks one committed record with one `pread`. A checksum or parse failure, an unknown file id
+    /// or a location outside the committed part of a file is [`Error::Corrupt`] naming the file and offset.
+    pub fn read(&self, loc: Location) -> Result<Record> {
+        let f = self.file(loc.file_id, loc.offset)?;
+        let len = loc.len as usize;
+        if !record::len_in_bounds(len) {
+            return Err(Error::corrupt(
+                &f.path,
+                loc.offset,
+                format!("location length {len} is not a possible record length"),
+            ));
+        }
+        let in_file = loc.offset >= HEADER_LEN
+            && loc
+                .offset
+                .checked_add(u64::from(loc.len))
+                .is_some_and(|e| e <= f.len);
+        if !in_file {
+            return Err(Error::corrupt(
+                &f.path,
+                loc.offset,
+                format!(
+                    "location of {len} bytes is outside the committed records of the file ({} bytes)",
+                    f.len
+                ),
+            ));
+        }
+        let mut buf = vec![0u8; len];
+        fsutil::read_exact_at(&f.file, &f.path, &mut buf, loc.offset)?;
+        Counters::add(&self.counters.value_reads, 1);
+        Counters::add(&self.counters.bytes_read, len as u64);
+        match record::decode(&buf, loc.file_id, loc.offset) {
+            Ok(d) => Ok(d.rec),
+            Err(record::DecodeError::Damaged(w) | record::DecodeError::Malformed(w)) => {
+                Err(Error::corrupt(&f.path, loc.offset, w))
+            }
+        }
+    }
+
+    /// Reads several records in parallel (rayon); the results are in the order of `locs`.
+    pub fn read_many(&self, locs: &[Location]) -> Vec<Result<Record>> {
+        locs.par_iter().map(|l| self.read(*l)).collect()
+    }
+
+    /// Position after the last committed record.
+    pub fn end(&self) -> Position {
+        self.end
+    }
+
+    /// Total bytes of all data files (committed part).
+    pub fn disk_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.len).sum()
+    }
+
+    /// Walks a key's history backwards from `loc`: the record at `loc`, then its prev, and so on, at most `limit`
+    /// records, newest first. Every link must lead to an earlier Put/Delete of the same key and trie with a
+    /// version not above the newer one's; otherwise the walk fails with [`Error::Corrupt`]. (Links always point
+    /// strictly backwards, so the walk terminates even without `limit`.)
+    pub fn history(&self, loc: Location, limit: usize) -> Result<Vec<(Location, Record)>> {
+        let mut out: Vec<(Location, Record)> = Vec::new();
+        let mut next = Some(loc);
+        while let Some(l) = next {
+            if out.len() >= limit {
+                break;
+            }
+            let rec = self.read(l)?;
+            if let Some((_, newer)) = out.last() {
+                let same = rec.key().is_some()
+                    && rec.key() == newer.key()
+                    && tid_of(&rec) == tid_of(newer)
+                    && rec.version() <= newer.version();
+                if !same {
+                    let path = file_path(&self.dir, l.file_id);
+                    return Err(Error::corrupt(
+                        path,
+                        l.offset,
+                        "history link leads to a record of another key, trie or a newer version",
+                    ));
+                }
+            }
+            next = rec.prev();
+            out.push((l, rec));
+        }
+        Ok(out)
+    }
+
+    /// The data file with id `id`; an unknown id is corruption at `offset` of the file that would have it.
+    fn file(&self, id: u32, offset: u64) -> Result<&DataFile> {
+        (id as usize)
+            .checked_sub(1)
+            .and_then(|i| self.files.get(i))
+            .filter(|f| f.id == id)
+            .ok_or_else(|| Error::corrupt(file_path(&self.dir, id), offset, "no such data file"))
+    }
+
+    /// Versions must increase from commit to commit, and all records of a group share the group's version.
+    fn check_version(&self, version: u64) -> Result<()> {
+        if let Some(last) = self.last_version {
+            if version <= last {
+                return Err(Error::VersionNotIncreasing {
+                    requested: version,
+                    last,
+                });
+            }
+        }
+        if let Some(gv) = self.group.version {
+            if gv != version {
+                return Err(invalid(
+                    &self.dir,
+                    format!("version {version} differs from version {gv} of the records already in the group"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Chooses where the current group goes, once per group: the end of the active file, or the start of a new
+    /// file when the active file is larger than `file_bytes`. No I/O happens here; the file is created by
+    /// `commit`, so that `append` stays a memory operation.
+    fn begin_group(&mut self) -> Result<()> {
+        if self.group.open {
+            return Ok(());
+        }
+        let (file_id, start) = if self.end.offset > self.opts.file_bytes {
+            let next = self
+                .end
+                .file_id
+                .checked_add(1)
+                .ok_or_else(|| invalid(&self.dir, "data file ids exhausted"))?;
+            (next, HEADER_LEN)
+        } else {
+            (self.end.file_id, self.end.offset)
+        };
+        self.group.open = true;
+        self.group.file_id = file_id;
+        self.group.start = start;
+        Ok(())
+    }
+
+    /// Writes a sealed group (records + Commit record) and makes it durable. Order:
+    /// 1. if rotating: fdatasync the active file (a no-op with `sync`, needed without), create the new file,
+    ///    write its header, fsync it, fsync the directory — before any record goes into it;
+    /// 2. one positional write of the whole group at the committed end;
+    /// 3. fdatasync (when `opts.sync`).
+    ///
+    /// Only then is the file's committed length advanced, so `read` never sees a half-written group.
+    fn write_group(&mut self, g: &Group) -> Result<Position> {
+        let active_id = self.end.file_id;
+        if g.file_id != active_id {
+            let active = self.files.last().ok_or(Error::Poisoned)?;
+            active
+                .file
+                .sync_data()
+                .map_err(|e| Error::io(&active.path, e))?;
+            let prev_file_len = active.len;
+            let df = self.create_file(g.file_id, prev_file_len)?;
+            self.files.push(df);
+        }
+        let f = self.files.last_mut().ok_or(Error::Poisoned)?;
+        debug_assert_eq!(f.id, g.file_id);
+        debug_assert_eq!(f.len, g.start);
+        f.file
+            .write_all_at(&g.buf, g.start)
+            .map_err(|e| Error::io(&f.path, e))?;
+        if self.opts.sync {
+            f.file.sync_data().map_err(|e| Error::io(&f.path, e))?;
+        }
+        Counters::add(&self.counters.bytes_written, g.buf.len() as u64);
+        f.len = g.start + g.buf.len() as u64;
+        Ok(Position {
+            file_id: f.id,
+            offset: f.len,
+        })
+    }
+
+    /// Creates data file `id` durably: header written, file fsynced, directory fsynced.
+    fn create_file(&self, id: u32, prev_file_len: u64) -> Result<DataFile> {
+        let df = create_data_file(&self.dir, id, prev_file_len)?;
+        Counters::add(&self.counters.bytes_written, HEADER_LEN);
+        Ok(df)
+    }
+}
+
+/// Creates data file `id` in `dir`: header, file fsync, directory fsync (so the name is durable).
+fn create_data_file(dir: &Path, id: u32, prev_file_len: u64) -> Result<DataFile> {
+    let path = file_path(dir, id);
+    let file = fsutil::create_new(&path)?;
+    let h = record::encode_header(Header {
+        file_id: id,
+        prev_file_len,
+    });
+    file.write_all_at(&h, 0).map_err(|e| Error::io(&path, e))?;
+    file.sync_all().map_err(|e| Error::io(&path, e))?;
+    fsutil::sync_dir(dir)?;
+    Ok(DataFile {
+        id,
+        path,
+        file,
+        len: HEADER_LEN,
+    })
+}
+
+fn tid_of(r: &Record) -> Option<u32> {
+    match r {
+        Record::Put { tid, .. } | Record::Delete { tid, .. } => Some(*tid),
+        Record::Commit { .. } => None,
+    }
+}

@@ -1,0 +1,890 @@
+//! One immutable index file: its writer ([`IndexFileWriter`]) and its reader ([`IndexFile`]).
+//!
+//! The byte layout, what each checksum covers and the crash argument are in `FORMAT-lsvps.md`; the constants below
+//! are the normative sizes. In short:
+//!
+//! ```text
+//! header (16) | page block* | index block* | lookup block | footer (80)
+//! ```
+//!
+//! - a **page block** is one page record: `len u32 | crc u32 | record`, the CRC covering the record's key as well,
+//!   so a record served for the wrong key is detected like a flipped byte;
+//! - an **index block** maps up to 70 consecutive keys to their page blocks (`count u32 | entries | crc u32`,
+//!   at most 4068 bytes);
+//! - the **lookup block** gives, for each index block, its first key, its offset and its entry count; it is read
+//!   and checked once at open and then kept in memory, so a lookup costs at most one index block read (often a
+//!   cache hit) plus one page block read;
+//! - the **footer** holds the [`FileMeta`], the offsets of the index region and of the lookup block, the format
+//!   version and the magic, under its own CRC.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::metrics::Counters;
+
+use super::block_cache::BlockCache;
+use super::page_key::PageKey;
+
+/// The magic number at the start of the header and at the end of the footer.
+pub const MAGIC: [u8; 8] = *b"LETUSIDX";
+/// The format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Header: `magic [u8;8] | format_version u32 | header_crc u32`.
+pub const HEADER_LEN: u64 = 16;
+/// Footer (layout in `FORMAT-lsvps.md` §3.5). Its last 16 bytes (`format_version u32 | footer_crc u32 |
+/// magic [u8;8]`) keep their place in every future format version, so any reader can tell "newer format" from
+/// "damaged".
+pub const FOOTER_LEN: u64 = 80;
+/// Page block header: `record_len u32 | crc u32`.
+pub const PAGE_BLOCK_HEADER_LEN: u64 = 8;
+/// Largest page record. A length above this read from disk is corruption, never an allocation.
+pub const MAX_RECORD_LEN: usize = 16 << 20;
+/// One entry of an index block or of the lookup block: `key [u8;46] | offset u64 | n u32`.
+pub const ENTRY_LEN: usize = PageKey::ENCODED_LEN + 8 + 4;
+/// Target size of an index block.
+pub const INDEX_BLOCK_TARGET: usize = 4096;
+/// Entries per full index block: `(4096 - 8) / 58 = 70`, so a full block is `8 + 70 * 58 = 4068` bytes.
+pub const MAX_ENTRIES_PER_BLOCK: usize = (INDEX_BLOCK_TARGET - 8) / ENTRY_LEN;
+
+/// What the engine records about an index file, stored in its footer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileMeta {
+    /// Lowest version a record of this file may have (the previous file's `max_version + 1`, or lower).
+    pub min_version: u64,
+    /// Highest version a record of this file may have.
+    pub max_version: u64,
+    /// Where VDLS replay starts to rebuild what came after this file (opaque here: segment, offset).
+    pub replay_from: (u32, u64),
+    /// Number of page records in the file.
+    pub records: u64,
+}
+
+/// One decoded entry of an index block: a key and where its page block is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct IndexEntry {
+    pub key: PageKey,
+    /// Offset of the page block (its `record_len` field).
+    pub offset: u64,
+    /// Length of the record, without the 8-byte page block header. At most [`MAX_RECORD_LEN`].
+    pub len: u32,
+}
+
+impl IndexEntry {
+    /// Offset just past this entry's page block.
+    fn end(&self) -> u64 {
+        self.offset + PAGE_BLOCK_HEADER_LEN + u64::from(self.len)
+    }
+}
+
+/// A decoded index block, as cached in the [`BlockCache`]. Entries are strictly increasing by key.
+#[derive(Debug)]
+pub(crate) struct IndexBlock {
+    pub(crate) entries: Vec<IndexEntry>,
+}
+
+impl IndexBlock {
+    /// Memory held, for the cache's byte budget (never zero).
+    pub(crate) fn mem_size(&self) -> usize {
+        std::mem::size_of::<IndexBlock>()
+            + self.entries.capacity() * std::mem::size_of::<IndexEntry>()
+            + 64
+    }
+}
+
+/// An entry of the lookup block, kept in memory while the file is open.
+#[derive(Clone, Copy, Debug)]
+struct LookupEntry {
+    first_key: PageKey,
+    /// Offset of the index block.
+    offset: u64,
+    /// Its number of entries, `1..=MAX_ENTRIES_PER_BLOCK`.
+    count: u32,
+}
+
+impl LookupEntry {
+    fn block_len(&self) -> u64 {
+        index_block_len(self.count as usize)
+    }
+}
+
+/// Length of an index block (or of the lookup block) of `n` entries: count, entries, CRC.
+fn index_block_len(n: usize) -> u64 {
+    8 + (n as u64) * ENTRY_LEN as u64
+}
+
+/// CRC of a page block: over the encoded key, the little-endian record length, then the record. Equal to
+/// `fsutil::crc` of the concatenation (crc32fast's incremental hasher), computed without copying the record.
+fn page_crc(key: &[u8; PageKey::ENCODED_LEN], len: u32, record: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(key);
+    h.update(&len.to_le_bytes());
+    h.update(record);
+    h.finalize()
+}
+
+fn encode_entry(out: &mut Vec<u8>, key: &PageKey, offset: u64, n: u32) {
+    out.extend_from_slice(&key.encode());
+    out.extend_from_slice(&offset.to_le_bytes());
+    out.extend_from_slice(&n.to_le_bytes());
+}
+
+/// Decodes one `ENTRY_LEN`-byte entry; `None` if the key does not parse.
+fn decode_entry(b: &[u8]) -> Option<(PageKey, u64, u32)> {
+    let key = PageKey::decode(b.get(..PageKey::ENCODED_LEN)?)?;
+    let off = le_u64(b, PageKey::ENCODED_LEN)?;
+    let n = le_u32(b, PageKey::ENCODED_LEN + 8)?;
+    Some((key, off, n))
+}
+
+fn le_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn le_u64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Splits a checksummed block `body | crc u32` and checks the CRC (over `body`). `None` on mismatch or if the
+/// buffer is too short to hold a CRC.
+fn checked_body(buf: &[u8]) -> Option<&[u8]> {
+    let split = buf.len().checked_sub(4)?;
+    let (body, crc) = buf.split_at(split);
+    (fsutil::crc(body) == le_u32(crc, 0)?).then_some(body)
+}
+
+fn invalid_input(path: &Path, msg: String) -> Error {
+    Error::io(
+        path,
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, msg),
+    )
+}
+
+/// The footer, decoded. Offsets relative to the footer's start `F = file size - 80`:
+///
+/// ```text
+/// F+0  min_version u64      F+32 index_offset u64    F+60 reserved u32 (zero)
+/// F+8  max_version u64      F+40 lookup_offset u64   F+64 format_version u32
+/// F+16 replay_offset u64    F+48 lookup_len u64      F+68 footer_crc u32 (over F+0..F+68)
+/// F+24 records u64          F+56 replay_segment u32  F+72 magic [u8; 8]
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Footer {
+    meta: FileMeta,
+    index_offset: u64,
+    lookup_offset: u64,
+    lookup_len: u64,
+}
+
+impl Footer {
+    fn encode(&self) -> [u8; FOOTER_LEN as usize] {
+        let mut b = [0u8; FOOTER_LEN as usize];
+        b[0..8].copy_from_slice(&self.meta.min_version.to_le_bytes());
+        b[8..16].copy_from_slice(&self.meta.max_version.to_le_bytes());
+        b[16..24].copy_from_slice(&self.meta.replay_from.1.to_le_bytes());
+        b[24..32].copy_from_slice(&self.meta.records.to_le_bytes());
+        b[32..40].copy_from_slice(&self.index_offset.to_le_bytes());
+        b[40..48].copy_from_slice(&self.lookup_offset.to_le_bytes());
+        b[48..56].copy_from_slice(&self.lookup_len.to_le_bytes());
+        b[56..60].copy_from_slice(&self.meta.replay_from.0.to_le_bytes());
+        // 60..64 reserved, zero.
+        b[64..68].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        let crc = fsutil::crc(&b[0..68]);
+        b[68..72].copy_from_slice(&crc.to_le_bytes());
+        b[72..80].copy_from_slice(&MAGIC);
+        b
+    }
+}
+
+fn encode_header() -> [u8; HEADER_LEN as usize] {
+    let mut b = [0u8; HEADER_LEN as usize];
+    b[0..8].copy_from_slice(&MAGIC);
+    b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    let crc = fsutil::crc(&b[0..12]);
+    b[12..16].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Writes one index file. [`IndexFileWriter::add`] must be called in strictly increasing key order.
+///
+/// Page blocks are streamed to the file as they are added; index entries are kept in memory (58 bytes per record,
+/// bounded by the MemIndexTable being flushed) and written by [`IndexFileWriter::finish`] after the last page
+/// block. A writer dropped without `finish` leaves a file without a footer, which [`IndexFile::open`] rejects as
+/// corrupt: the engine deletes such a file (it still has its temporary name).
+pub struct IndexFileWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+    counters: Arc<Counters>,
+    /// Bytes written so far: the offset of the next page block.
+    pos: u64,
+    /// The last key added; every new key must be greater.
+    last: Option<PageKey>,
+    records: u64,
+    /// Lowest and highest version added, checked against the `FileMeta` at `finish`.
+    versions: Option<(u64, u64)>,
+    /// Entries of the index block being filled (encoded, without count and CRC).
+    block: Vec<u8>,
+    block_first: Option<PageKey>,
+    block_count: u32,
+    /// Finished index blocks, back to back, as they will be written.
+    index: Vec<u8>,
+    /// `(first key, offset relative to the start of the index region, entries)` of each finished index block.
+    lookup: Vec<(PageKey, u64, u32)>,
+    /// Set after an I/O error: the file is in an unknown state and must be deleted.
+    failed: bool,
+}
+
+impl IndexFileWriter {
+    /// Creates `path` (which must not exist; the engine passes a temporary name and renames it after `finish`) and
+    /// writes the header.
+    pub fn create(path: &Path, counters: Arc<Counters>) -> Result<Self> {
+        let file = fsutil::create_new(path)?;
+        let mut w = IndexFileWriter {
+            path: path.to_path_buf(),
+            out: BufWriter::with_capacity(256 << 10, file),
+            counters,
+            pos: 0,
+            last: None,
+            records: 0,
+            versions: None,
+            block: Vec::with_capacity(INDEX_BLOCK_TARGET),
+            block_first: None,
+            block_count: 0,
+            index: Vec::new(),
+            lookup: Vec::new(),
+            failed: false,
+        };
+        w.write(&encode_header())?;
+        Ok(w)
+    }
+
+    /// The path given to [`IndexFileWriter::create`].
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Records added so far.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Bytes written so far (page blocks, buffered or not).
+    pub fn bytes(&self) -> u64 {
+        self.pos
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        if let Err(e) = self.out.write_all(bytes) {
+            self.failed = true;
+            return Err(Error::io(&self.path, e));
+        }
+        self.pos += bytes.len() as u64;
+        Counters::add(&self.counters.bytes_written, bytes.len() as u64);
+        Ok(())
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if self.failed {
+            return Err(invalid_input(
+                &self.path,
+                "an earlier write to this index file failed".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Appends one page record. Errors (nothing written) if `key` is not greater than the previous key, if its page
+    /// id breaks the [`super::PageId`] invariant, or if the record is above [`MAX_RECORD_LEN`].
+    pub fn add(&mut self, key: &PageKey, record: &[u8]) -> Result<()> {
+        self.check_usable()?;
+        if let Some(last) = &self.last {
+            if key <= last {
+                return Err(invalid_input(
+                    &self.path,
+                    format!("index file keys out of order: {key:?} after {last:?}"),
+                ));
+            }
+        }
+        if !key.page.is_valid() {
+            return Err(invalid_input(
+                &self.path,
+                format!("invalid page id {:?}", key.page),
+            ));
+        }
+        if record.len() > MAX_RECORD_LEN {
+            return Err(Error::TooLarge {
+                what: "page record",
+                size: record.len(),
+                limit: MAX_RECORD_LEN,
+            });
+        }
+        let len = record.len() as u32; // fits: at most 16 MiB
+        let kb = key.encode();
+        let offset = self.pos;
+        let mut head = [0u8; PAGE_BLOCK_HEADER_LEN as usize];
+        head[0..4].copy_from_slice(&len.to_le_bytes());
+        head[4..8].copy_from_slice(&page_crc(&kb, len, record).to_le_bytes());
+        self.write(&head)?;
+        self.write(record)?;
+
+        if self.block_count == 0 {
+            self.block_first = Some(*key);
+        }
+        encode_entry(&mut self.block, key, offset, len);
+        self.block_count += 1;
+        if self.block_count as usize == MAX_ENTRIES_PER_BLOCK {
+            self.seal_block();
+        }
+        self.last = Some(*key);
+        self.records += 1;
+        self.versions = Some(match self.versions {
+            None => (key.version, key.version),
+            Some((lo, hi)) => (lo.min(key.version), hi.max(key.version)),
+        });
+        Ok(())
+    }
+
+    /// Moves the index block being filled to `index` and records it for the lookup block.
+    fn seal_block(&mut self) {
+        let Some(first) = self.block_first.take() else {
+            return;
+        };
+        let rel = self.index.len() as u64;
+        let start = self.index.len();
+        self.index
+            .extend_from_slice(&self.block_count.to_le_bytes());
+        self.index.extend_from_slice(&self.block);
+        let crc = fsutil::crc(&self.index[start..]);
+        self.index.extend_from_slice(&crc.to_le_bytes());
+        self.lookup.push((first, rel, self.block_count));
+        self.block.clear();
+        self.block_count = 0;
+    }
+
+    /// Writes the index blocks, the lookup block and the footer, then fsyncs the file. Returns the file size.
+    ///
+    /// `meta.records` must equal the number of records added, and every added version must lie in
+    /// `meta.min_version..=meta.max_version` (the invariant that lets the engine pick one file per version).
+    pub fn finish(mut self, meta: &FileMeta) -> Result<u64> {
+        self.check_usable()?;
+        if meta.records != self.records {
+            return Err(invalid_input(
+                &self.path,
+                format!(
+                    "FileMeta says {} records, {} were added",
+                    meta.records, self.records
+                ),
+            ));
+        }
+        if let Some((lo, hi)) = self.versions {
+            if lo < meta.min_version || hi > meta.max_version {
+                return Err(invalid_input(
+                    &self.path,
+                    format!(
+                        "records have versions {lo}..={hi}, outside the file's {}..={}",
+                        meta.min_version, meta.max_version
+                    ),
+                ));
+            }
+        }
+        self.seal_block();
+
+        // Index blocks: right after the last page block.
+        let index_offset = self.pos;
+        let index = std::mem::take(&mut self.index);
+        self.write(&index)?;
+
+        // Lookup block, with absolute offsets now that the index region's start is known.
+        let lookup_offset = self.pos;
+        let mut lookup = Vec::with_capacity(index_block_len(self.lookup.len()) as usize);
+        lookup.extend_from_slice(&(self.lookup.len() as u32).to_le_bytes());
+        for (first, rel, count) in &self.lookup {
+            encode_entry(&mut lookup, first, index_offset + rel, *count);
+        }
+        let crc = fsutil::crc(&lookup);
+        lookup.extend_from_slice(&crc.to_le_bytes());
+        self.write(&lookup)?;
+
+        let footer = Footer {
+            meta: *meta,
+            index_offset,
+            lookup_offset,
+            lookup_len: lookup.len() as u64,
+        };
+        self.write(&footer.encode())?;
+
+        // Everything reaches the disk before finish returns: the engine renames the file to its final name only
+        // after this, so a final name always denotes a complete file.
+        let path = self.path.clone();
+        self.out.flush().map_err(|e| Error::io(&path, e))?;
+        self.out
+            .get_ref()
+            .sync_all()
+            .map_err(|e| Error::io(&path, e))?;
+        Ok(self.pos)
+    }
+}
+
+impl std::fmt::Debug for IndexFileWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexFileWriter")
+            .field("path", &self.path)
+            .field("records", &self.records)
+            .field("bytes", &self.pos)
+            .finish()
+    }
+}
+
+/// An open, immutable index file. `Send + Sync`: many threads read it at once with `pread`.
+///
+/// Every block read is checked against its CRC and parsed with bounds checks; damage is reported as
+/// [`Error::Corrupt`] naming this file and the offset of the damaged structure, never returned as data.
+pub struct IndexFile {
+    path: PathBuf,
+    file: File,
+    file_no: u64,
+    size: u64,
+    meta: FileMeta,
+    /// End of the page block region (= start of the index blocks).
+    pages_end: u64,
+    /// The lookup block, decoded: first keys strictly increasing, index blocks back to back from `pages_end`.
+    lookup: Vec<LookupEntry>,
+    counters: Arc<Counters>,
+    cache: Arc<BlockCache>,
+}
+
+impl IndexFile {
+    /// Opens and validates the file: header magic and CRC, footer magic, format version (a newer version in both
+    /// header and footer is [`Error::UnsupportedFormat`]), footer CRC, the footer's offsets against the file size,
+    /// and the lookup block's CRC and structure. The lookup block stays in memory.
+    ///
+    /// A file without a valid footer (torn during a flush, or truncated) is [`Error::Corrupt`]; the engine deletes
+    /// it only if it still has a temporary name.
+    ///
+    /// `file_no` keys this file's blocks in `cache`; it must not be reused for another file while `cache` lives.
+    pub fn open(
+        path: &Path,
+        file_no: u64,
+        counters: Arc<Counters>,
+        cache: Arc<BlockCache>,
+    ) -> Result<Self> {
+        let file = fsutil::open_read(path)?;
+        let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let corrupt = |offset: u64, what: String| Error::corrupt(path, offset, what);
+        if size < HEADER_LEN + 8 + FOOTER_LEN {
+            return Err(corrupt(
+                0,
+                format!(
+                    "{size} bytes is too short for an index file (torn during flush or truncated)"
+                ),
+            ));
+        }
+
+        // Header. Its 16-byte layout is the same in every format version, so its CRC is checked before its version
+        // is believed.
+        let mut h = [0u8; HEADER_LEN as usize];
+        fsutil::read_exact_at(&file, path, &mut h, 0)?;
+        if h[0..8] != MAGIC {
+            return Err(corrupt(0, "bad magic: not a letus index file".into()));
+        }
+        if checked_body(&h).is_none() {
+            return Err(corrupt(0, "header checksum mismatch".into()));
+        }
+        let header_version = le_u32(&h, 8).unwrap_or(0);
+
+        // Footer.
+        let foot_at = size - FOOTER_LEN;
+        let mut f = [0u8; FOOTER_LEN as usize];
+        fsutil::read_exact_at(&file, path, &mut f, foot_at)?;
+        if f[72..80] != MAGIC {
+            return Err(corrupt(
+                foot_at,
+                "no footer: the file was torn during a flush or truncated".into(),
+            ));
+        }
+        let footer_version = le_u32(&f, 64).unwrap_or(0);
+        if footer_version != header_version {
+            return Err(corrupt(
+                foot_at + 64,
+                format!("footer format version {footer_version} differs from the header's {header_version}"),
+            ));
+        }
+        // Both ends agree (and the header's CRC holds): a newer version is real, not a flipped byte. Its footer
+        // may have another layout, so the footer CRC is only checked for versions we know.
+        if header_version > FORMAT_VERSION {
+            return Err(Error::UnsupportedFormat {
+                path: path.to_path_buf(),
+                found: header_version,
+            });
+        }
+        if header_version != FORMAT_VERSION {
+            return Err(corrupt(
+                8,
+                format!("format version {header_version} does not exist"),
+            ));
+        }
+        if checked_body(&f[0..72]).is_none() {
+            return Err(corrupt(foot_at, "footer checksum mismatch".into()));
+        }
+        Counters::add(&counters.bytes_read, HEADER_LEN + FOOTER_LEN);
+
+        let field = |at: usize| le_u64(&f, at).unwrap_or(0);
+        let meta = FileMeta {
+            min_version: field(0),
+            max_version: field(8),
+            replay_from: (le_u32(&f, 56).unwrap_or(0), field(16)),
+            records: field(24),
+        };
+        let footer = Footer {
+            meta,
+            index_offset: field(32),
+            lookup_offset: field(40),
+            lookup_len: field(48),
+        };
+        // The CRC held, so these are what the writer wrote; checking them still keeps a buggy writer's file (or a
+        // crafted one) from leading a reader out of bounds.
+        let reserved = le_u32(&f, 60).unwrap_or(1);
+        let layout_ok = reserved == 0
+            && footer.index_offset >= HEADER_LEN
+            && footer.index_offset <= footer.lookup_offset
+            && footer.lookup_len >= 8
+            && footer.lookup_offset.checked_add(footer.lookup_len) == Some(foot_at)
+            && (meta.records == 0 || meta.min_version <= meta.max_version);
+        if !layout_ok {
+            return Err(corrupt(foot_at, format!("inconsistent footer {footer:?}")));
+        }
+
+        // Lookup block. Its length is bounded by the file size (checked above), so the allocation is too.
+        let mut buf = vec![0u8; footer.lookup_len as usize];
+        fsutil::read_exact_at(&file, path, &mut buf, footer.lookup_offset)?;
+        Counters::add(&counters.bytes_read, footer.lookup_len);
+        let lookup = parse_lookup(path, &buf, &footer)?;
+
+        Ok(IndexFile {
+            path: path.to_path_buf(),
+            file,
+            file_no,
+            size,
+            meta,
+            pages_end: footer.index_offset,
+            lookup,
+            counters,
+            cache,
+        })
+    }
+
+    /// The metadata stored in the footer.
+    pub fn meta(&self) -> &FileMeta {
+        &self.meta
+    }
+
+    /// The path the file was opened at.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// File size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The number this file's blocks are cached under.
+    pub fn file_no(&self) -> u64 {
+        self.file_no
+    }
+
+    /// Number of index blocks.
+    pub fn index_blocks(&self) -> usize {
+        self.lookup.len()
+    }
+
+    /// The record with the greatest key `<= key` whose `(tid, page)` equal `key`'s: the newest record of that page
+    /// at or below `key.version` (at equal versions, `Base < Delta`). `None` if this file has no such record.
+    ///
+    /// Cost: at most one index block read (none on a cache hit) and one page block read.
+    pub fn floor(&self, key: &PageKey) -> Result<Option<(PageKey, Vec<u8>)>> {
+        let Some(e) = self.floor_entry(key)? else {
+            return Ok(None);
+        };
+        if !e.key.same_page(key) {
+            return Ok(None);
+        }
+        Ok(Some((e.key, self.read_record(&e)?)))
+    }
+
+    /// The record stored under exactly `key`.
+    pub fn get(&self, key: &PageKey) -> Result<Option<Vec<u8>>> {
+        match self.floor_entry(key)? {
+            Some(e) if e.key == *key => Ok(Some(self.read_record(&e)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// The greatest entry `<= key` in the whole file.
+    fn floor_entry(&self, key: &PageKey) -> Result<Option<IndexEntry>> {
+        // The last index block whose first key is <= key holds the floor: the next block starts above key.
+        let i = self.lookup.partition_point(|l| l.first_key <= *key);
+        if i == 0 {
+            return Ok(None);
+        }
+        let block = self.block(i - 1)?;
+        let j = block.entries.partition_point(|e| e.key <= *key);
+        // j >= 1: the block's first key equals the lookup's first key (checked when parsed), which is <= key.
+        Ok(j.checked_sub(1).map(|j| block.entries[j]))
+    }
+
+    /// All keys in order, without reading page records. Blocks already cached are used; blocks read from disk are
+    /// not added to the cache (a full scan would evict the hot blocks).
+    pub fn keys(&self) -> Result<Vec<PageKey>> {
+        let mut keys =
+            Vec::with_capacity(usize::try_from(self.meta.records).unwrap_or(0).min(1 << 24));
+        self.scan(|e| {
+            keys.push(e.key);
+            Ok(())
+        })?;
+        Ok(keys)
+    }
+
+    /// Reads every index block and every page record and checks their checksums and structure (for verification
+    /// tools). Returns the number of records.
+    pub fn verify(&self) -> Result<u64> {
+        let mut n = 0u64;
+        self.scan(|e| {
+            self.read_record(e)?;
+            n += 1;
+            Ok(())
+        })?;
+        Ok(n)
+    }
+
+    /// Visits every entry in key order, checking the order across blocks and that the page blocks tile the page
+    /// region exactly (the checks inside one block are done when it is parsed).
+    fn scan(&self, mut visit: impl FnMut(&IndexEntry) -> Result<()>) -> Result<()> {
+        let mut prev: Option<PageKey> = None;
+        let mut next_offset = HEADER_LEN;
+        for (i, l) in self.lookup.iter().enumerate() {
+            let block = match self.cache.get(self.file_no, l.offset) {
+                Some(b) => {
+                    Counters::add(&self.counters.block_cache_hits, 1);
+                    b
+                }
+                None => Arc::new(self.read_block(i)?),
+            };
+            for e in &block.entries {
+                if prev.is_some_and(|p| p >= e.key) || e.offset != next_offset {
+                    return Err(Error::corrupt(
+                        &self.path,
+                        l.offset,
+                        format!("index block {i} does not continue the previous one"),
+                    ));
+                }
+                prev = Some(e.key);
+                next_offset = e.end();
+                visit(e)?;
+            }
+        }
+        if next_offset != self.pages_end {
+            return Err(Error::corrupt(
+                &self.path,
+                next_offset,
+                format!(
+                    "page blocks end at {next_offset}, the footer says {}",
+                    self.pages_end
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Index block `i`, from the cache or from disk (then cached).
+    fn block(&self, i: usize) -> Result<Arc<IndexBlock>> {
+        let l = &self.lookup[i];
+        let (block, hit) = self
+            .cache
+            .get_or_load(self.file_no, l.offset, || self.read_block(i).map(Arc::new))?;
+        if hit {
+            Counters::add(&self.counters.block_cache_hits, 1);
+        }
+        Ok(block)
+    }
+
+    /// Reads, checks and decodes index block `i`.
+    fn read_block(&self, i: usize) -> Result<IndexBlock> {
+        let l = self.lookup[i];
+        // The lookup block was checked at open: the block lies inside the index region and has 1..=70 entries.
+        let len = l.block_len() as usize;
+        let mut buf = vec![0u8; len];
+        fsutil::read_exact_at(&self.file, &self.path, &mut buf, l.offset)?;
+        Counters::add(&self.counters.index_block_reads, 1);
+        Counters::add(&self.counters.bytes_read, len as u64);
+        let corrupt =
+            |at: usize, what: String| Error::corrupt(&self.path, l.offset + at as u64, what);
+
+        let body = checked_body(&buf)
+            .ok_or_else(|| corrupt(0, format!("index block {i} checksum mismatch")))?;
+        if le_u32(body, 0) != Some(l.count) {
+            return Err(corrupt(
+                0,
+                format!("index block {i} entry count differs from the lookup block"),
+            ));
+        }
+        let mut entries: Vec<IndexEntry> = Vec::with_capacity(l.count as usize);
+        for (j, chunk) in body[4..].chunks_exact(ENTRY_LEN).enumerate() {
+            let at = 4 + j * ENTRY_LEN;
+            let (key, offset, len) =
+                decode_entry(chunk).ok_or_else(|| corrupt(at, "undecodable page key".into()))?;
+            let e = IndexEntry { key, offset, len };
+            let in_bounds = len as usize <= MAX_RECORD_LEN
+                && offset >= HEADER_LEN
+                && offset
+                    .checked_add(PAGE_BLOCK_HEADER_LEN + u64::from(len))
+                    .is_some_and(|end| end <= self.pages_end);
+            // Page blocks are written back to back in key order, so within a block each entry starts where the
+            // previous one ended.
+            let ordered = match entries.last() {
+                None => key == l.first_key,
+                Some(p) => p.key < key && p.end() == offset,
+            };
+            let versions_ok =
+                key.version >= self.meta.min_version && key.version <= self.meta.max_version;
+            if !in_bounds || !ordered || !versions_ok {
+                return Err(corrupt(at, format!("inconsistent index entry {e:?}")));
+            }
+            entries.push(e);
+        }
+        Ok(IndexBlock { entries })
+    }
+
+    /// Reads and checks one page record (one `pread` of header and record).
+    fn read_record(&self, e: &IndexEntry) -> Result<Vec<u8>> {
+        // e.len <= MAX_RECORD_LEN and the block lies inside the page region: checked when the index block was
+        // parsed.
+        let total = PAGE_BLOCK_HEADER_LEN as usize + e.len as usize;
+        let mut buf = vec![0u8; total];
+        fsutil::read_exact_at(&self.file, &self.path, &mut buf, e.offset)?;
+        Counters::add(&self.counters.page_reads, 1);
+        Counters::add(&self.counters.bytes_read, total as u64);
+        let stored_len = le_u32(&buf, 0);
+        let stored_crc = le_u32(&buf, 4);
+        let record = &buf[PAGE_BLOCK_HEADER_LEN as usize..];
+        if stored_len != Some(e.len) || stored_crc != Some(page_crc(&e.key.encode(), e.len, record))
+        {
+            return Err(Error::corrupt(
+                &self.path,
+                e.offset,
+                format!("page block of {:?} fails its checksum", e.key),
+            ));
+        }
+        buf.drain(..PAGE_BLOCK_HEADER_LEN as usize);
+        Ok(buf)
+    }
+
+    /// Drops this file's index blocks from the shared cache (when the file is deleted).
+    pub fn evict_from_cache(&self) {
+        for l in &self.lookup {
+            self.cache.remove(self.file_no, l.offset);
+        }
+    }
+}
+
+/// Checks and decodes the lookup block against the footer: CRC, entry count, index blocks of 1..=70 entries back
+/// to back from `index_offset` to `lookup_offset`, first keys strictly increasing, entry counts summing to
+/// `records`.
+fn parse_lookup(path: &Path, buf: &[u8], footer: &Footer) -> Result<Vec<LookupEntry>> {
+    let base = footer.lookup_offset;
+    let corrupt = |at: usize, what: String| Error::corrupt(path, base + at as u64, what);
+    let body =
+        checked_body(buf).ok_or_else(|| corrupt(0, "lookup block checksum mismatch".into()))?;
+    let count = le_u32(body, 0).unwrap_or(0) as usize;
+    if index_block_len(count) != buf.len() as u64 {
+        return Err(corrupt(
+            0,
+            format!(
+                "lookup block of {} bytes cannot hold {count} entries",
+                buf.len()
+            ),
+        ));
+    }
+    let mut out: Vec<LookupEntry> = Vec::with_capacity(count);
+    let mut next = footer.index_offset;
+    let mut records = 0u64;
+    for (i, chunk) in body[4..].chunks_exact(ENTRY_LEN).enumerate() {
+        let at = 4 + i * ENTRY_LEN;
+        let (first_key, offset, n) =
+            decode_entry(chunk).ok_or_else(|| corrupt(at, "undecodable page key".into()))?;
+        let l = LookupEntry {
+            first_key,
+            offset,
+            count: n,
+        };
+        let ok = (1..=MAX_ENTRIES_PER_BLOCK as u32).contains(&n)
+            && offset == next
+            && out.last().is_none_or(|p| p.first_key < first_key);
+        if !ok {
+            return Err(corrupt(at, format!("inconsistent lookup entry {l:?}")));
+        }
+        next += l.block_len();
+        records += u64::from(n);
+        out.push(l);
+    }
+    if next != footer.lookup_offset || records != footer.meta.records {
+        return Err(corrupt(
+            0,
+            format!(
+                "index blocks end at {next} holding {records} records; the footer says {} and {}",
+                footer.lookup_offset, footer.meta.records
+            ),
+        ));
+    }
+    if out.is_empty() && footer.index_offset != HEADER_LEN {
+        return Err(corrupt(0, "an empty file has page blocks".into()));
+    }
+    Ok(out)
+}
+
+impl std::fmt::Debug for IndexFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexFile")
+            .field("path", &self.path)
+            .field("file_no", &self.file_no)
+            .field("size", &self.size)
+            .field("meta", &self.meta)
+            .field("index_blocks", &self.lookup.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lsvps_page_crc_is_crc_of_concatenation() {
+        let key = PageKey::new(
+            7,
+            super::super::PageId::ROOT,
+            9,
+            super::super::PageKind::Delta,
+        );
+        let kb = key.encode();
+        let record = b"some page record";
+        let mut cat = kb.to_vec();
+        cat.extend_from_slice(&(record.len() as u32).to_le_bytes());
+        cat.extend_from_slice(record);
+        assert_eq!(
+            page_crc(&kb, record.len() as u32, record),
+            fsutil::crc(&cat)
+        );
+    }
+
+    #[test]
+    fn lsvps_sizes() {
+        assert_eq!(ENTRY_LEN, 58);
+        assert_eq!(MAX_ENTRIES_PER_BLOCK, 70);
+        assert_eq!(index_block_len(MAX_ENTRIES_PER_BLOCK), 4068);
+        assert_eq!(encode_header().len() as u64, HEADER_LEN);
+    }
+}

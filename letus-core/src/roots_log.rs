@@ -1,0 +1,190 @@
+//! The roots log: one fixed-size entry per (version, trie) with the trie's root and root-page version after that
+//! commit. It is how a reopened store knows every historical root (for reads at old versions and for digests)
+//! without scanning the value log.
+//!
+//! ## Format
+//! ```text
+//! header (16 bytes): magic "LETUSRTS" | u32 format = 1 | u32 crc32(magic || format)
+//! entry  (56 bytes): u64 version | u32 tid | root[32] | u64 root_page_version | u32 crc32(previous 52 bytes)
+//! ```
+//! Entries are appended at each commit without fsync; the file is fsynced before every index-file flush, so all
+//! entries up to the newest flushed version are durable. Entries after it are rebuilt from the value log on
+//! replay, so `open` drops them (and any torn tail) and lets the replay append them again.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use letus_verify::{Hash, TrieId, Version};
+
+use crate::error::{Error, Result};
+use crate::fsutil::{crc, create_new, open_rw, sync_dir};
+
+const MAGIC: &[u8; 8] = b"LETUSRTS";
+const FORMAT: u32 = 1;
+const HEADER_LEN: u64 = 16;
+const ENTRY_LEN: usize = 56;
+
+/// One entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RootEntry {
+    /// The commit version.
+    pub version: Version,
+    /// The trie.
+    pub tid: TrieId,
+    /// Its root after the commit.
+    pub root: Hash,
+    /// The version of its root page after the commit.
+    pub page_version: Version,
+}
+
+/// The open roots log.
+pub struct RootsLog {
+    path: PathBuf,
+    file: File,
+    buf: Vec<u8>,
+}
+
+impl RootsLog {
+    /// Opens (or creates) the log and returns the durable entries with `version <= keep_up_to`; everything after
+    /// them is cut off. An entry that fails its checksum before `keep_up_to` is reached is corruption.
+    pub fn open(dir: &Path, keep_up_to: Option<Version>) -> Result<(RootsLog, Vec<RootEntry>)> {
+        let path = dir.join("roots.log");
+        if !path.exists() {
+            let mut f = create_new(&path)?;
+            let mut h = Vec::with_capacity(HEADER_LEN as usize);
+            h.extend_from_slice(MAGIC);
+            h.extend_from_slice(&FORMAT.to_le_bytes());
+            h.extend_from_slice(&crc(&h).to_le_bytes());
+            f.write_all(&h)
+                .and_then(|()| f.sync_all())
+                .map_err(|e| Error::io(&path, e))?;
+            sync_dir(dir)?;
+        }
+        let mut file = open_rw(&path)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| Error::io(&path, e))?;
+        let header = bytes
+            .get(..HEADER_LEN as usize)
+            .ok_or_else(|| Error::corrupt(&path, 0, "roots log header is cut"))?;
+        if header.get(..8) != Some(MAGIC.as_slice()) {
+            return Err(Error::corrupt(&path, 0, "not a roots log (bad magic)"));
+        }
+        let format = u32::from_le_bytes(
+            header[8..12]
+                .try_into()
+                .map_err(|_| Error::corrupt(&path, 8, "header"))?,
+        );
+        let stored = u32::from_le_bytes(
+            header[12..16]
+                .try_into()
+                .map_err(|_| Error::corrupt(&path, 12, "header"))?,
+        );
+        if stored != crc(&header[..12]) {
+            return Err(Error::corrupt(&path, 0, "roots log header checksum"));
+        }
+        if format != FORMAT {
+            return Err(Error::UnsupportedFormat {
+                path,
+                found: format,
+            });
+        }
+        let mut entries = Vec::new();
+        let mut end = HEADER_LEN;
+        for (i, e) in bytes[HEADER_LEN as usize..].chunks(ENTRY_LEN).enumerate() {
+            let offset = HEADER_LEN + (i * ENTRY_LEN) as u64;
+            let decoded = decode(e);
+            let Some(entry) = decoded else {
+                // A torn or damaged entry: acceptable only beyond the durable prefix.
+                if keep_up_to
+                    .is_some_and(|k| entries.last().is_none_or(|l: &RootEntry| l.version < k))
+                {
+                    return Err(Error::corrupt(
+                        &path,
+                        offset,
+                        "roots log entry fails its checksum",
+                    ));
+                }
+                break;
+            };
+            if keep_up_to.is_none_or(|k| entry.version > k) {
+                break;
+            }
+            entries.push(entry);
+            end = offset + ENTRY_LEN as u64;
+        }
+        if let Some(k) = keep_up_to {
+            if entries.last().is_none_or(|l| l.version < k) {
+                return Err(Error::corrupt(
+                    &path,
+                    end,
+                    format!("roots log ends before flushed version {k}"),
+                ));
+            }
+        }
+        file.set_len(end).map_err(|e| Error::io(&path, e))?;
+        file.seek(SeekFrom::Start(end))
+            .map_err(|e| Error::io(&path, e))?;
+        file.sync_all().map_err(|e| Error::io(&path, e))?;
+        Ok((
+            RootsLog {
+                path,
+                file,
+                buf: Vec::new(),
+            },
+            entries,
+        ))
+    }
+
+    /// Buffers one entry.
+    pub fn push(&mut self, e: &RootEntry) {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&e.version.to_le_bytes());
+        self.buf.extend_from_slice(&e.tid.to_le_bytes());
+        self.buf.extend_from_slice(&e.root.0);
+        self.buf.extend_from_slice(&e.page_version.to_le_bytes());
+        let c = crc(&self.buf[start..]);
+        self.buf.extend_from_slice(&c.to_le_bytes());
+    }
+
+    /// Writes buffered entries (no fsync); returns the bytes written.
+    pub fn write(&mut self) -> Result<u64> {
+        let n = self.buf.len() as u64;
+        self.file
+            .write_all(&self.buf)
+            .map_err(|e| Error::io(&self.path, e))?;
+        self.buf.clear();
+        Ok(n)
+    }
+
+    /// Writes and fsyncs.
+    pub fn sync(&mut self) -> Result<u64> {
+        let n = self.write()?;
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io(&self.path, e))?;
+        Ok(n)
+    }
+
+    /// Size of the file.
+    pub fn disk_bytes(&self) -> u64 {
+        self.file.metadata().map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+fn decode(e: &[u8]) -> Option<RootEntry> {
+    if e.len() != ENTRY_LEN {
+        return None;
+    }
+    let stored = u32::from_le_bytes(e.get(52..56)?.try_into().ok()?);
+    if crc(e.get(..52)?) != stored {
+        return None;
+    }
+    Some(RootEntry {
+        version: u64::from_le_bytes(e.get(0..8)?.try_into().ok()?),
+        tid: u32::from_le_bytes(e.get(8..12)?.try_into().ok()?),
+        root: Hash(e.get(12..44)?.try_into().ok()?),
+        page_version: u64::from_le_bytes(e.get(44..52)?.try_into().ok()?),
+    })
+}

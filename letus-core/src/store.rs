@@ -1,0 +1,1216 @@
+//! The store: staging, durable commits, recovery, and reads, proofs, digests and verification at any version.
+//!
+//! ## Commit protocol (details and the crash argument in FORMAT.md)
+//! 1. Every staged put/delete is appended to the value log (VDLS) as a record carrying the location of the key's
+//!    previous record.
+//! 2. The trie update is computed in memory (new page versions, new roots); nothing is published yet.
+//! 3. A Commit record with every trie's new root is appended and the log is fsynced: from here the version is
+//!    durable, and `commit` may return.
+//! 4. Page changes go to the MemIndexTable as DeltaPages/BasePages, the new pages to the page cache, the roots to
+//!    the roots log; when the MemIndexTable is large it is flushed as an immutable index file.
+//!
+//! Recovery opens the index files, takes the roots log up to the newest flushed version, and replays the value
+//! log's complete commit groups after that point through the same code path, checking that every replayed
+//! version reproduces the roots its Commit record names.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use letus_verify::hash::{leaf_hash, value_hash};
+use letus_verify::history::{ConsistencyProof, InclusionProof};
+use letus_verify::{Digest, Hash, HistoryTree, KeyPath, Proof, TrieId, Version, EMPTY};
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::fsutil::sync_dir;
+use crate::lsvps::{
+    BlockCache, FileMeta, IndexFile, IndexFileWriter, MemIndexTable, PageId, PageKey, PageKind,
+};
+use crate::metrics::{Counters, Snapshot};
+use crate::options::Options;
+use crate::roots_log::{RootEntry, RootsLog};
+use crate::trie::page::{self, Change, Head, Page, Record as PageRecord, Slots};
+use crate::trie::{self, Leaf, Node, PageSource, PageWrite, Write};
+use crate::vdls::{Location, Position, Record, Vdls, VdlsOptions};
+
+/// One trie's history: its root and root-page version after every commit since it was created.
+#[derive(Default)]
+struct TrieState {
+    versions: Vec<Version>,
+    roots: Vec<Hash>,
+    page_versions: Vec<Version>,
+    history: HistoryTree,
+    history_roots: Vec<Hash>,
+}
+
+impl TrieState {
+    fn push(&mut self, tid: TrieId, version: Version, root: Hash, page_version: Version) {
+        self.versions.push(version);
+        self.roots.push(root);
+        self.page_versions.push(page_version);
+        self.history
+            .push(letus_verify::hash::history_leaf(tid, version, &root));
+        self.history_roots.push(self.history.root());
+    }
+
+    /// Index of the newest commit at or below `version`.
+    fn index_at(&self, version: Version) -> Option<usize> {
+        self.versions
+            .partition_point(|v| *v <= version)
+            .checked_sub(1)
+    }
+}
+
+/// The Base/Delta schedule of one page since the last flush.
+struct PageState {
+    /// The page's newest stored record (key version and kind).
+    last: (Version, PageKind),
+    /// Slot updates since the last BasePage.
+    since_base: u32,
+    /// The DeltaPage still growing in the MemIndexTable, if any.
+    active: Option<ActiveDelta>,
+}
+
+struct ActiveDelta {
+    first_version: Version,
+    prev: Option<(Version, PageKind)>,
+    entries: Vec<(Version, Vec<Change>)>,
+    updates: u32,
+}
+
+type PageCache = quick_cache::sync::Cache<(TrieId, PageId, Version), Arc<Page>, PageWeighter>;
+
+#[derive(Clone)]
+struct PageWeighter;
+
+impl quick_cache::Weighter<(TrieId, PageId, Version), Arc<Page>> for PageWeighter {
+    fn weight(&self, _: &(TrieId, PageId, Version), page: &Arc<Page>) -> u64 {
+        u64::from(page.weight()).max(1)
+    }
+}
+
+/// Everything but the value log: LSVPS, caches, trie states. Split from [`Store`] so that recovery can replay
+/// the value log into it.
+struct Engine {
+    dir: PathBuf,
+    opts: Options,
+    counters: Arc<Counters>,
+    files: Vec<Arc<IndexFile>>,
+    mem: MemIndexTable,
+    mem_min_version: Option<Version>,
+    next_file_no: u64,
+    block_cache: Arc<BlockCache>,
+    page_cache: PageCache,
+    pages: HashMap<(TrieId, PageId), PageState>,
+    tries: BTreeMap<TrieId, TrieState>,
+    versions: Vec<Version>,
+    roots_log: RootsLog,
+}
+
+/// A computed but not yet published commit.
+struct Plan {
+    version: Version,
+    tries: Vec<(TrieId, Node, Vec<PageWrite>)>,
+}
+
+/// The result of [`Store::verify_full`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FullVerification {
+    /// The recomputed root, equal to the trusted one.
+    pub root: Hash,
+    /// Keys whose values were read and hashed.
+    pub keys: u64,
+    /// Pages whose stored hashes were checked.
+    pub pages: u64,
+}
+
+/// One entry of a key's history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryEntry {
+    /// The version that wrote it.
+    pub version: Version,
+    /// The value, or `None` for a delete.
+    pub value: Option<Vec<u8>>,
+}
+
+/// A letus store: several tries, every version kept, durable commits.
+pub struct Store {
+    engine: Engine,
+    vdls: Vdls,
+    staged: BTreeMap<(TrieId, KeyPath), (Vec<u8>, Option<Vec<u8>>)>,
+    poisoned: bool,
+    _lock: File,
+}
+
+const LOCK_FILE: &str = "LOCK";
+
+impl Store {
+    /// Opens the store in `dir` (created if missing), recovering from any crash: the store comes back at its last
+    /// committed version with exactly its roots.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| Error::io(&lock_path, e))?;
+        lock.try_lock().map_err(|_| Error::Locked(dir.clone()))?;
+        let counters = Arc::new(Counters::default());
+        let block_cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
+
+        // LSVPS: every complete index file; temporary files are flushes that never finished.
+        let lsvps_dir = dir.join("lsvps");
+        std::fs::create_dir_all(&lsvps_dir).map_err(|e| Error::io(&lsvps_dir, e))?;
+        let mut numbered = Vec::new();
+        for entry in std::fs::read_dir(&lsvps_dir).map_err(|e| Error::io(&lsvps_dir, e))? {
+            let path = entry.map_err(|e| Error::io(&lsvps_dir, e))?.path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_string();
+            if name.ends_with(".tmp") {
+                std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+                continue;
+            }
+            if let Some(no) = name
+                .strip_suffix(".idx")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                numbered.push((no, path));
+            }
+        }
+        sync_dir(&lsvps_dir)?;
+        numbered.sort();
+        let mut files = Vec::new();
+        for (no, path) in &numbered {
+            files.push(Arc::new(IndexFile::open(
+                path,
+                *no,
+                counters.clone(),
+                block_cache.clone(),
+            )?));
+        }
+        let flushed = files.last().map(|f| f.meta().max_version);
+        let replay_from = files.last().map_or(Position::START, |f| Position {
+            file_id: f.meta().replay_from.0,
+            offset: f.meta().replay_from.1,
+        });
+
+        let (roots_log, entries) = RootsLog::open(&dir, flushed)?;
+        let mut tries: BTreeMap<TrieId, TrieState> = BTreeMap::new();
+        let mut versions: Vec<Version> = Vec::new();
+        for e in &entries {
+            tries
+                .entry(e.tid)
+                .or_default()
+                .push(e.tid, e.version, e.root, e.page_version);
+            if versions.last() != Some(&e.version) {
+                versions.push(e.version);
+            }
+        }
+        let page_cache = PageCache::with_weighter(
+            (opts.page_cache_bytes / 4096).max(16) as usize,
+            opts.page_cache_bytes.max(1),
+            PageWeighter,
+        );
+        let mut engine = Engine {
+            dir: dir.clone(),
+            next_file_no: numbered.last().map_or(1, |(n, _)| n + 1),
+            opts: opts.clone(),
+            counters: counters.clone(),
+            files,
+            mem: MemIndexTable::new(),
+            mem_min_version: None,
+            block_cache,
+            page_cache,
+            pages: HashMap::new(),
+            tries,
+            versions,
+            roots_log,
+        };
+
+        // Replay the value log's complete commits after the flushed state.
+        let mut pending: BTreeMap<TrieId, Vec<Write>> = BTreeMap::new();
+        let vdls_opts = VdlsOptions {
+            file_bytes: opts.vdls_file_bytes,
+            sync: opts.sync,
+        };
+        let vdls = Vdls::open(
+            &dir.join("vdls"),
+            vdls_opts,
+            counters,
+            replay_from,
+            |loc, rec| {
+                match rec {
+                    Record::Put {
+                        version,
+                        tid,
+                        key,
+                        value,
+                        ..
+                    } => {
+                        let path = KeyPath::of(key);
+                        let leaf = Leaf {
+                            path,
+                            value_hash: value_hash(value),
+                            version: *version,
+                            loc,
+                        };
+                        pending.entry(*tid).or_default().push(Write {
+                            path,
+                            leaf: Some(leaf),
+                        });
+                    }
+                    Record::Delete { tid, key, .. } => {
+                        pending.entry(*tid).or_default().push(Write {
+                            path: KeyPath::of(key),
+                            leaf: None,
+                        });
+                    }
+                    Record::Commit { version, payload } => {
+                        let mut writes = std::mem::take(&mut pending);
+                        for w in writes.values_mut() {
+                            w.sort_by_key(|w| w.path);
+                        }
+                        if engine.versions.last().is_some_and(|l| *l >= *version) {
+                            return Err(Error::corrupt(
+                            dir.join("vdls"),
+                            loc.offset,
+                            format!("commit record for version {version} is not above the previous one"),
+                        ));
+                        }
+                        let plan = engine.plan(*version, &writes)?;
+                        let expected = engine.payload(&plan);
+                        if expected != *payload {
+                            return Err(Error::corrupt(
+                            dir.join("vdls"),
+                            loc.offset,
+                            format!("replaying version {version} does not reproduce the roots its commit record names"),
+                        ));
+                        }
+                        let end = Position {
+                            file_id: loc.file_id,
+                            offset: loc.offset + u64::from(loc.len),
+                        };
+                        engine.apply(plan, end)?;
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        Ok(Store {
+            engine,
+            vdls,
+            staged: BTreeMap::new(),
+            poisoned: false,
+            _lock: lock,
+        })
+    }
+
+    /// Stages `key = value` in trie `tid` for the next commit.
+    pub fn put(&mut self, tid: TrieId, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_sizes(key, Some(value))?;
+        self.staged.insert(
+            (tid, KeyPath::of(key)),
+            (key.to_vec(), Some(value.to_vec())),
+        );
+        Ok(())
+    }
+
+    /// Stages the deletion of `key` in trie `tid` for the next commit.
+    pub fn delete(&mut self, tid: TrieId, key: &[u8]) -> Result<()> {
+        self.check_sizes(key, None)?;
+        self.staged
+            .insert((tid, KeyPath::of(key)), (key.to_vec(), None));
+        Ok(())
+    }
+
+    /// Drops every staged change.
+    pub fn discard_staged(&mut self) {
+        self.staged.clear();
+    }
+
+    /// Number of staged changes.
+    pub fn staged_len(&self) -> usize {
+        self.staged.len()
+    }
+
+    fn check_sizes(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        let o = &self.engine.opts;
+        if key.len() > o.max_key_bytes {
+            return Err(Error::TooLarge {
+                what: "key",
+                size: key.len(),
+                limit: o.max_key_bytes,
+            });
+        }
+        if let Some(v) = value {
+            if v.len() > o.max_value_bytes {
+                return Err(Error::TooLarge {
+                    what: "value",
+                    size: v.len(),
+                    limit: o.max_value_bytes,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits the staged changes as `version` (strictly above the last one). When this returns `Ok`, the version
+    /// survives any crash. Returns the digest of every trie at `version`.
+    pub fn commit(&mut self, version: Version) -> Result<Vec<Digest>> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        if let Some(&last) = self.engine.versions.last() {
+            if version <= last {
+                return Err(Error::VersionNotIncreasing {
+                    requested: version,
+                    last,
+                });
+            }
+        }
+        let started = Instant::now();
+        let staged = std::mem::take(&mut self.staged);
+        let updates = staged.len() as u64;
+        let result = self.commit_staged(version, staged);
+        if result.is_err() {
+            // The log may hold records of this failed commit, or an fsync may have failed: the only safe state is
+            // the one recovery reconstructs from disk.
+            self.vdls.abort();
+            self.poisoned = true;
+        }
+        let digests = result?;
+        Counters::add(&self.engine.counters.commits, 1);
+        Counters::add(&self.engine.counters.updates, updates);
+        Counters::add(
+            &self.engine.counters.commit_micros,
+            started.elapsed().as_micros() as u64,
+        );
+        Ok(digests)
+    }
+
+    fn commit_staged(
+        &mut self,
+        version: Version,
+        staged: BTreeMap<(TrieId, KeyPath), (Vec<u8>, Option<Vec<u8>>)>,
+    ) -> Result<Vec<Digest>> {
+        let mut writes: BTreeMap<TrieId, Vec<Write>> = BTreeMap::new();
+        for ((tid, path), (key, value)) in staged {
+            let prev = self.engine.latest_leaf(tid, &path)?.map(|l| l.loc);
+            let rec = match value {
+                Some(value) => Record::Put {
+                    version,
+                    tid,
+                    key,
+                    value,
+                    prev,
+                },
+                // Deleting an absent key changes nothing and is not logged.
+                None if prev.is_none() => continue,
+                None => Record::Delete {
+                    version,
+                    tid,
+                    key,
+                    prev,
+                },
+            };
+            let loc = self.vdls.append(&rec)?;
+            let leaf = match &rec {
+                Record::Put { value, .. } => Some(Leaf {
+                    path,
+                    value_hash: value_hash(value),
+                    version,
+                    loc,
+                }),
+                _ => None,
+            };
+            writes.entry(tid).or_default().push(Write { path, leaf });
+        }
+        let plan = self.engine.plan(version, &writes)?;
+        let payload = self.engine.payload(&plan);
+        let end = self.vdls.commit(version, &payload)?;
+        self.engine.apply(plan, end)?;
+        self.engine
+            .tries
+            .keys()
+            .map(|&t| self.engine.digest(t, version))
+            .collect()
+    }
+
+    /// The last committed version.
+    pub fn latest_version(&self) -> Option<Version> {
+        self.engine.versions.last().copied()
+    }
+
+    /// Every committed version, oldest first.
+    pub fn versions(&self) -> &[Version] {
+        &self.engine.versions
+    }
+
+    /// The tries that exist at the latest version.
+    pub fn tries(&self) -> Vec<TrieId> {
+        self.engine.tries.keys().copied().collect()
+    }
+
+    /// The value of `key` in trie `tid` as of `version` (the newest commit at or below it).
+    pub fn get(&self, tid: TrieId, version: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Counters::add(&self.engine.counters.gets, 1);
+        let root = self.engine.root_page(tid, version)?;
+        let path = KeyPath::of(key);
+        match trie::get(&self.engine, tid, &root.root, 0, &path)? {
+            Some(leaf) => Ok(Some(self.read_value(&leaf, Some(key))?.1)),
+            None => Ok(None),
+        }
+    }
+
+    /// The value of `key` at the latest version.
+    pub fn get_latest(&self, tid: TrieId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let v = self.latest_version().ok_or(Error::UnknownTrie(tid))?;
+        self.get(tid, v, key)
+    }
+
+    /// The values of many keys (a block's access list) at `version`, loading pages and values in parallel.
+    pub fn get_many(
+        &self,
+        tid: TrieId,
+        version: Version,
+        keys: &[&[u8]],
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        let root = self.engine.root_page(tid, version)?;
+        Counters::add(&self.engine.counters.gets, keys.len() as u64);
+        let leaves: Vec<Option<Leaf>> = keys
+            .par_iter()
+            .map(|k| trie::get(&self.engine, tid, &root.root, 0, &KeyPath::of(k)))
+            .collect::<Result<_>>()?;
+        let locs: Vec<Location> = leaves.iter().flatten().map(|l| l.loc).collect();
+        let mut records = self.vdls.read_many(&locs).into_iter();
+        let mut out = Vec::with_capacity(keys.len());
+        for (leaf, key) in leaves.iter().zip(keys) {
+            match leaf {
+                Some(l) => {
+                    let rec = records
+                        .next()
+                        .ok_or_else(|| Error::corrupt(&self.engine.dir, 0, "missing record"))??;
+                    out.push(Some(self.check_value(l, rec, Some(key))?.1));
+                }
+                None => out.push(None),
+            }
+        }
+        Ok(out)
+    }
+
+    fn read_value(&self, leaf: &Leaf, key: Option<&[u8]>) -> Result<(Vec<u8>, Vec<u8>)> {
+        let rec = self.vdls.read(leaf.loc)?;
+        self.check_value(leaf, rec, key)
+    }
+
+    /// Checks that a value record is the one the leaf names: same key path, same value hash.
+    fn check_value(
+        &self,
+        leaf: &Leaf,
+        rec: Record,
+        key: Option<&[u8]>,
+    ) -> Result<(Vec<u8>, Vec<u8>)> {
+        let where_ = || self.engine.dir.join("vdls");
+        match rec {
+            Record::Put { key: k, value, .. } => {
+                if KeyPath::of(&k) != leaf.path || key.is_some_and(|key| key != k.as_slice()) {
+                    return Err(Error::corrupt(
+                        where_(),
+                        leaf.loc.offset,
+                        "value record belongs to another key",
+                    ));
+                }
+                if value_hash(&value) != leaf.value_hash {
+                    return Err(Error::corrupt(
+                        where_(),
+                        leaf.loc.offset,
+                        "value record does not match the hash in its leaf",
+                    ));
+                }
+                Ok((k, value))
+            }
+            _ => Err(Error::corrupt(
+                where_(),
+                leaf.loc.offset,
+                "leaf points at a record that is not a put",
+            )),
+        }
+    }
+
+    /// The value of `key` at `version` and its inclusion or exclusion proof (SPEC.md §5).
+    pub fn get_proof(
+        &self,
+        tid: TrieId,
+        version: Version,
+        key: &[u8],
+    ) -> Result<(Option<Vec<u8>>, Proof)> {
+        let (mut values, proof) = self.get_multi_proof(tid, version, &[key])?;
+        Ok((values.pop().flatten(), proof))
+    }
+
+    /// The values of `keys` at `version` and one multi-proof for all of them.
+    pub fn get_multi_proof(
+        &self,
+        tid: TrieId,
+        version: Version,
+        keys: &[&[u8]],
+    ) -> Result<(Vec<Option<Vec<u8>>>, Proof)> {
+        let values = self.get_many(tid, version, keys)?;
+        let root = self.engine.root_page(tid, version)?;
+        let mut paths: Vec<KeyPath> = keys.iter().map(|k| KeyPath::of(k)).collect();
+        paths.sort();
+        paths.dedup();
+        let proof = trie::prove(&self.engine, tid, &root.root, &paths)?;
+        Ok((values, proof))
+    }
+
+    /// The digest of trie `tid` at exactly the committed `version`.
+    pub fn digest(&self, tid: TrieId, version: Version) -> Result<Digest> {
+        self.engine.digest(tid, version)
+    }
+
+    /// Digests of every trie at the latest version.
+    pub fn latest_digests(&self) -> Result<Vec<Digest>> {
+        match self.latest_version() {
+            Some(v) => self
+                .engine
+                .tries
+                .keys()
+                .map(|&t| self.engine.digest(t, v))
+                .collect(),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Proof that trie `tid`'s entry at `version` is in its history as of `at` (SPEC.md §8.2).
+    pub fn history_inclusion_proof(
+        &self,
+        tid: TrieId,
+        version: Version,
+        at: Version,
+    ) -> Result<InclusionProof> {
+        let t = self.engine.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
+        let i = self.engine.exact_index(t, version)?;
+        let n = self.engine.exact_index(t, at)? + 1;
+        t.history
+            .inclusion_proof(i as u64, n as u64)
+            .ok_or(Error::VersionNotFound(version))
+    }
+
+    /// Proof that trie `tid`'s history at `from` is a prefix of its history at `to` (SPEC.md §8.3).
+    pub fn history_consistency_proof(
+        &self,
+        tid: TrieId,
+        from: Version,
+        to: Version,
+    ) -> Result<ConsistencyProof> {
+        let t = self.engine.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
+        let m = self.engine.exact_index(t, from)? + 1;
+        let n = self.engine.exact_index(t, to)? + 1;
+        t.history
+            .consistency_proof(m as u64, n as u64)
+            .ok_or(Error::VersionNotFound(from))
+    }
+
+    /// Full verification: reads every value of trie `tid` at `version`, recomputes every node hash up to the root,
+    /// checks every stored page hash on the way, and compares the root with `comm`. The first mismatch is reported
+    /// as an error naming where it is.
+    pub fn verify_full(
+        &self,
+        tid: TrieId,
+        version: Version,
+        comm: &Hash,
+    ) -> Result<FullVerification> {
+        let root = self.engine.root_page(tid, version)?;
+        let mut stats = FullVerification {
+            root: EMPTY,
+            keys: 0,
+            pages: 0,
+        };
+        let computed = self.verify_node(tid, &root.root, 0, &KeyPath([0; 32]), &mut stats)?;
+        if computed != *comm {
+            return Err(Error::Mismatch {
+                at: format!("root of trie {tid} at version {version}"),
+                expected: *comm,
+                computed,
+            });
+        }
+        stats.root = computed;
+        Ok(stats)
+    }
+
+    fn verify_node(
+        &self,
+        tid: TrieId,
+        node: &Node,
+        depth: usize,
+        prefix: &KeyPath,
+        stats: &mut FullVerification,
+    ) -> Result<Hash> {
+        match node {
+            Node::Empty => Ok(EMPTY),
+            Node::Leaf(l) => {
+                let rec = self.vdls.read(l.loc)?;
+                let Record::Put { key, value, .. } = rec else {
+                    return Err(Error::corrupt(
+                        self.engine.dir.join("vdls"),
+                        l.loc.offset,
+                        "leaf points at a non-put record",
+                    ));
+                };
+                let path = KeyPath::of(&key);
+                let computed = leaf_hash(&path, &value_hash(&value));
+                if computed != l.hash() {
+                    return Err(Error::Mismatch {
+                        at: format!(
+                            "leaf of key {} (value record at file {} offset {})",
+                            letus_verify::hex::encode(&key),
+                            l.loc.file_id,
+                            l.loc.offset
+                        ),
+                        expected: l.hash(),
+                        computed,
+                    });
+                }
+                stats.keys += 1;
+                Ok(computed)
+            }
+            Node::Branch(b) => {
+                let mut hashes = [EMPTY; 16];
+                for (c, child) in b.children.iter().enumerate() {
+                    let mut p = *prefix;
+                    trie::set_nibble(&mut p, depth, c as u8);
+                    hashes[c] = self.verify_node(tid, child, depth + 1, &p, stats)?;
+                }
+                Ok(letus_verify::fold::fold(&hashes))
+            }
+            Node::Page { hash, version } => {
+                let id = trie::page_id(prefix, depth);
+                let page = self.engine.load(tid, id, *version)?;
+                let computed = self.verify_node(tid, &page.root, depth, prefix, stats)?;
+                stats.pages += 1;
+                if computed != *hash {
+                    return Err(Error::Mismatch {
+                        at: format!(
+                            "page at depth {depth} (prefix {}) version {version}",
+                            letus_verify::hex::encode(&id.prefix[..depth / 2])
+                        ),
+                        expected: *hash,
+                        computed,
+                    });
+                }
+                Ok(computed)
+            }
+        }
+    }
+
+    /// Calls `f` with every `(key, value)` of trie `tid` at `version`, in path order (the order of a state export).
+    pub fn for_each_pair(
+        &self,
+        tid: TrieId,
+        version: Version,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<u64> {
+        let root = self.engine.root_page(tid, version)?;
+        let mut n = 0u64;
+        trie::walk(
+            &self.engine,
+            tid,
+            &root.root,
+            0,
+            &KeyPath([0; 32]),
+            &mut |leaf| {
+                let (k, v) = self.read_value(leaf, None)?;
+                n += 1;
+                f(&k, &v)
+            },
+        )?;
+        Ok(n)
+    }
+
+    /// The versions at which `key` changed (newest first), with its values, walking the value log's back-links
+    /// from the key's leaf at the latest version. At most `limit` entries. A key that is deleted at the latest
+    /// version has no leaf to start from and yields an empty history.
+    pub fn history(&self, tid: TrieId, key: &[u8], limit: usize) -> Result<Vec<HistoryEntry>> {
+        let Some(leaf) = self.engine.latest_leaf(tid, &KeyPath::of(key))? else {
+            return Ok(Vec::new());
+        };
+        let recs = self.vdls.history(leaf.loc, limit)?;
+        let mut out = Vec::with_capacity(recs.len());
+        for (loc, rec) in recs {
+            match rec {
+                Record::Put {
+                    version,
+                    key: k,
+                    value,
+                    ..
+                } if k == key => out.push(HistoryEntry {
+                    version,
+                    value: Some(value),
+                }),
+                Record::Delete {
+                    version, key: k, ..
+                } if k == key => out.push(HistoryEntry {
+                    version,
+                    value: None,
+                }),
+                _ => {
+                    return Err(Error::corrupt(
+                        self.engine.dir.join("vdls"),
+                        loc.offset,
+                        "history link leads to another key",
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Flushes the MemIndexTable to an index file now (also done automatically when it is full).
+    pub fn flush(&mut self) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        let end = self.vdls.end();
+        self.engine.flush(end)
+    }
+
+    /// Flushes and closes. Dropping a store without `close` loses nothing either: the value log is replayed.
+    pub fn close(mut self) -> Result<()> {
+        if !self.engine.mem.is_empty() {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Engine counters.
+    pub fn metrics(&self) -> Snapshot {
+        self.engine.counters.snapshot()
+    }
+
+    /// Bytes on disk: value log, index files, roots log.
+    pub fn disk_bytes(&self) -> u64 {
+        self.vdls.disk_bytes()
+            + self.engine.files.iter().map(|f| f.size()).sum::<u64>()
+            + self.engine.roots_log.disk_bytes()
+    }
+
+    /// Drops every cached page and index block (to measure cold reads).
+    pub fn clear_caches(&self) {
+        self.engine.page_cache.clear();
+        self.engine.block_cache.clear();
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.engine.dir
+    }
+}
+
+impl PageSource for Engine {
+    fn load(&self, tid: TrieId, id: PageId, version: Version) -> Result<Arc<Page>> {
+        let key = (tid, id, version);
+        if let Some(p) = self.page_cache.get(&key) {
+            Counters::add(&self.counters.page_cache_hits, 1);
+            return Ok(p);
+        }
+        Counters::add(&self.counters.page_cache_misses, 1);
+        let page = Arc::new(self.read_page(tid, id, version)?);
+        self.page_cache.insert(key, page.clone());
+        Ok(page)
+    }
+}
+
+impl Engine {
+    /// Where records of `version` live: `Some(file)` or `None` for the MemIndexTable.
+    fn segment(&self, version: Version) -> Option<&Arc<IndexFile>> {
+        let i = self
+            .files
+            .partition_point(|f| f.meta().max_version < version);
+        self.files.get(i)
+    }
+
+    fn floor(&self, key: &PageKey) -> Result<Option<(PageKey, Vec<u8>, PathBuf)>> {
+        match self.segment(key.version) {
+            Some(f) => Ok(f.floor(key)?.map(|(k, v)| (k, v, f.path().to_path_buf()))),
+            None => Ok(self
+                .mem
+                .floor(key)
+                .map(|(k, v)| (k, v.to_vec(), self.dir.join("lsvps/memtable")))),
+        }
+    }
+
+    fn exact(&self, key: &PageKey) -> Result<Option<(Vec<u8>, PathBuf)>> {
+        match self.segment(key.version) {
+            Some(f) => Ok(f.get(key)?.map(|v| (v, f.path().to_path_buf()))),
+            None => Ok(self
+                .mem
+                .get(key)
+                .map(|v| (v.to_vec(), self.dir.join("lsvps/memtable")))),
+        }
+    }
+
+    /// Loads page `id` at exactly `version`: the newest record at or below it, then back along the DeltaPage chain
+    /// to a BasePage, replaying entries up to `version`.
+    fn read_page(&self, tid: TrieId, id: PageId, version: Version) -> Result<Page> {
+        let probe = PageKey::new(tid, id, version, PageKind::Delta);
+        let (head_key, bytes, path) = self.floor(&probe)?.ok_or_else(|| {
+            Error::corrupt(
+                self.dir.join("lsvps"),
+                0,
+                format!("page {id:?} of trie {tid} has no record at version {version}"),
+            )
+        })?;
+        let bad = |path: &Path, why: &str| {
+            Error::corrupt(path, 0, format!("page record {id:?} of trie {tid}: {why}"))
+        };
+        let head_rec = PageRecord::decode(&bytes).map_err(|w| bad(&path, w))?;
+        let head = match &head_rec {
+            PageRecord::Base { since_base, .. } => Head {
+                key_version: head_key.version,
+                kind: PageKind::Base,
+                since_base: *since_base,
+                delta_updates: 0,
+            },
+            PageRecord::Delta {
+                since_base,
+                entries,
+                ..
+            } => Head {
+                key_version: head_key.version,
+                kind: PageKind::Delta,
+                since_base: *since_base,
+                delta_updates: entries.iter().map(|(_, c)| c.len() as u32).sum(),
+            },
+        };
+        // Walk back to the base; the chain is bounded by Tb updates, and a cycle would be corruption.
+        let mut chain = vec![head_rec];
+        let mut guard = 0u32;
+        let base_slots = loop {
+            let Some(last) = chain.last() else {
+                return Err(bad(&path, "empty chain"));
+            };
+            let prev = match last {
+                PageRecord::Base { slots, .. } => break slots.clone(),
+                PageRecord::Delta { prev: Some(p), .. } => *p,
+                PageRecord::Delta { prev: None, .. } => {
+                    return Err(bad(&path, "delta page without a predecessor"))
+                }
+            };
+            guard += 1;
+            if guard > 1_000_000 {
+                return Err(bad(&path, "delta chain does not end"));
+            }
+            let key = PageKey::new(tid, id, prev.0, prev.1);
+            let (b, p) = self
+                .exact(&key)?
+                .ok_or_else(|| bad(&path, "delta page points at a missing record"))?;
+            chain.push(PageRecord::decode(&b).map_err(|w| bad(&p, w))?);
+        };
+        Counters::add(&self.counters.page_reads, chain.len() as u64);
+        let mut slots: Slots = base_slots;
+        let mut newest = match chain.last() {
+            Some(PageRecord::Base { version, .. }) => *version,
+            _ => 0,
+        };
+        for rec in chain.iter().rev() {
+            if let PageRecord::Delta { entries, .. } = rec {
+                for (v, changes) in entries {
+                    if *v <= version {
+                        page::apply(&mut slots, changes);
+                        newest = newest.max(*v);
+                    }
+                }
+            }
+        }
+        if newest != version {
+            return Err(bad(
+                &path,
+                &format!("records reach version {newest}, the parent refers to {version}"),
+            ));
+        }
+        let root = page::from_slots(&id, &slots).map_err(|w| bad(&path, w))?;
+        Ok(Page {
+            id,
+            version,
+            root,
+            head: Some(head),
+        })
+    }
+
+    fn root_page(&self, tid: TrieId, version: Version) -> Result<Arc<Page>> {
+        if self.versions.last().is_none_or(|l| *l < version) {
+            return Err(Error::VersionNotFound(version));
+        }
+        let t = self.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
+        let i = t.index_at(version).ok_or(Error::UnknownTrie(tid))?;
+        let pv = *t.page_versions.get(i).ok_or(Error::UnknownTrie(tid))?;
+        self.load(tid, PageId::ROOT, pv)
+    }
+
+    fn latest_leaf(&self, tid: TrieId, path: &KeyPath) -> Result<Option<Leaf>> {
+        let Some(&v) = self.versions.last() else {
+            return Ok(None);
+        };
+        if !self.tries.contains_key(&tid) {
+            return Ok(None);
+        }
+        let root = self.root_page(tid, v)?;
+        trie::get(self, tid, &root.root, 0, path)
+    }
+
+    fn exact_index(&self, t: &TrieState, version: Version) -> Result<usize> {
+        t.versions
+            .binary_search(&version)
+            .map_err(|_| Error::VersionNotFound(version))
+    }
+
+    fn digest(&self, tid: TrieId, version: Version) -> Result<Digest> {
+        let t = self.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
+        let i = self.exact_index(t, version)?;
+        Ok(Digest {
+            tid,
+            version,
+            root: t.roots[i],
+            history_len: i as u64 + 1,
+            history_root: t.history_roots[i],
+        })
+    }
+
+    /// Computes the trie updates of a commit without publishing anything.
+    fn plan(&self, version: Version, writes: &BTreeMap<TrieId, Vec<Write>>) -> Result<Plan> {
+        let mut tries = Vec::new();
+        for (&tid, ws) in writes {
+            if ws.is_empty() {
+                continue;
+            }
+            let root = match self.tries.get(&tid).and_then(|t| t.page_versions.last()) {
+                Some(&pv) => Some(self.load(tid, PageId::ROOT, pv)?),
+                None => None,
+            };
+            let (new_root, pages) = trie::update(self, tid, root, ws, version)?;
+            tries.push((tid, new_root, pages));
+        }
+        Ok(Plan { version, tries })
+    }
+
+    /// The Commit record's payload: every trie's root after the plan. Replay recomputes and compares it.
+    fn payload(&self, plan: &Plan) -> Vec<u8> {
+        let mut roots: BTreeMap<TrieId, Hash> = self
+            .tries
+            .iter()
+            .filter_map(|(t, s)| s.roots.last().map(|r| (*t, *r)))
+            .collect();
+        for (tid, root, _) in &plan.tries {
+            roots.insert(*tid, root.hash());
+        }
+        let mut out = Vec::with_capacity(4 + roots.len() * 36);
+        out.extend_from_slice(&(roots.len() as u32).to_le_bytes());
+        for (tid, root) in roots {
+            out.extend_from_slice(&tid.to_le_bytes());
+            out.extend_from_slice(&root.0);
+        }
+        out
+    }
+
+    /// Publishes a durable commit: page records, caches, roots, history; flushes when the MemIndexTable is full.
+    fn apply(&mut self, plan: Plan, end: Position) -> Result<()> {
+        let version = plan.version;
+        let mut new_roots: BTreeMap<TrieId, (Hash, Version)> = BTreeMap::new();
+        for (tid, root, pages) in plan.tries {
+            let mut root_version = None;
+            for pw in pages {
+                let is_root = pw.id == PageId::ROOT;
+                let v = self.persist_page(tid, pw, version)?;
+                if is_root {
+                    root_version = Some(v);
+                }
+            }
+            let pv = root_version.unwrap_or(version);
+            new_roots.insert(tid, (root.hash(), pv));
+        }
+        for tid in new_roots.keys() {
+            self.tries.entry(*tid).or_default();
+        }
+        let tids: Vec<TrieId> = self.tries.keys().copied().collect();
+        for tid in tids {
+            let (root, pv) = match new_roots.get(&tid) {
+                Some(x) => *x,
+                None => {
+                    let t = &self.tries[&tid];
+                    match (t.roots.last(), t.page_versions.last()) {
+                        (Some(r), Some(p)) => (*r, *p),
+                        _ => continue,
+                    }
+                }
+            };
+            if let Some(t) = self.tries.get_mut(&tid) {
+                t.push(tid, version, root, pv);
+            }
+            self.roots_log.push(&RootEntry {
+                version,
+                tid,
+                root,
+                page_version: pv,
+            });
+        }
+        self.versions.push(version);
+        let n = self.roots_log.write()?;
+        Counters::add(&self.counters.bytes_written, n);
+        if self.mem.bytes() >= self.opts.memtable_bytes {
+            self.flush(end)?;
+        }
+        Ok(())
+    }
+
+    /// Stores one page write as a BasePage or DeltaPage in the MemIndexTable; returns the page's version after
+    /// it (the old version when nothing changed).
+    fn persist_page(&mut self, tid: TrieId, pw: PageWrite, version: Version) -> Result<Version> {
+        let new_slots = page::slots(&pw.new_root);
+        let old_slots = pw.old.as_ref().map(|p| page::slots(&p.root));
+        let changes = page::diff(old_slots.as_ref().unwrap_or(&Slots::new()), &new_slots);
+        if let Some(old) = &pw.old {
+            if changes.is_empty() {
+                return Ok(old.version);
+            }
+        }
+        let key = (tid, pw.id);
+        // A page that did not exist before (or reappears after collapsing) always starts with a BasePage: a delta
+        // must apply to exactly the previous state of the same page.
+        let previous = self.pages.remove(&key);
+        let state = match &pw.old {
+            None => None,
+            Some(old) => previous.or_else(|| {
+                old.head.map(|h| PageState {
+                    last: (h.key_version, h.kind),
+                    since_base: h.since_base,
+                    active: None,
+                })
+            }),
+        };
+        let n = changes.len() as u32;
+        let head;
+        let new_state = match state {
+            Some(mut s) if s.since_base + n < self.opts.base_threshold => {
+                let since = s.since_base + n;
+                let active = match s.active.take() {
+                    Some(mut a) if a.updates + n <= self.opts.delta_threshold => {
+                        a.entries.push((version, changes));
+                        a.updates += n;
+                        a
+                    }
+                    _ => ActiveDelta {
+                        first_version: version,
+                        prev: Some(s.last),
+                        entries: vec![(version, changes)],
+                        updates: n,
+                    },
+                };
+                let rec = PageRecord::Delta {
+                    first_version: active.first_version,
+                    since_base: since,
+                    prev: active.prev,
+                    entries: active.entries.clone(),
+                };
+                self.mem_insert(
+                    PageKey::new(tid, pw.id, active.first_version, PageKind::Delta),
+                    rec.encode(),
+                    version,
+                );
+                head = Head {
+                    key_version: active.first_version,
+                    kind: PageKind::Delta,
+                    since_base: since,
+                    delta_updates: active.updates,
+                };
+                PageState {
+                    last: (active.first_version, PageKind::Delta),
+                    since_base: since,
+                    active: Some(active),
+                }
+            }
+            // A new page, or Tb updates since the last checkpoint: write a BasePage.
+            _ => {
+                let rec = PageRecord::Base {
+                    version,
+                    since_base: 0,
+                    slots: new_slots,
+                };
+                self.mem_insert(
+                    PageKey::new(tid, pw.id, version, PageKind::Base),
+                    rec.encode(),
+                    version,
+                );
+                head = Head {
+                    key_version: version,
+                    kind: PageKind::Base,
+                    since_base: 0,
+                    delta_updates: 0,
+                };
+                PageState {
+                    last: (version, PageKind::Base),
+                    since_base: 0,
+                    active: None,
+                }
+            }
+        };
+        self.pages.insert(key, new_state);
+        let page = Arc::new(Page {
+            id: pw.id,
+            version,
+            root: pw.new_root,
+            head: Some(head),
+        });
+        self.page_cache.insert((tid, pw.id, version), page);
+        Ok(version)
+    }
+
+    fn mem_insert(&mut self, key: PageKey, bytes: Vec<u8>, version: Version) {
+        self.mem_min_version = Some(self.mem_min_version.map_or(version, |m| m.min(version)));
+        self.mem.insert(key, bytes);
+    }
+
+    /// Writes the MemIndexTable as index file `next_file_no`: roots log fsync, write + fsync a temporary file,
+    /// rename, directory fsync. Every active DeltaPage is frozen by this.
+    fn flush(&mut self, end: Position) -> Result<()> {
+        let (Some(min), Some(&max)) = (self.mem_min_version, self.versions.last()) else {
+            return Ok(());
+        };
+        let n = self.roots_log.sync()?;
+        Counters::add(&self.counters.bytes_written, n);
+        let dir = self.dir.join("lsvps");
+        let no = self.next_file_no;
+        let tmp = dir.join(format!("{no:06}.idx.tmp"));
+        let fin = dir.join(format!("{no:06}.idx"));
+        let mut w = IndexFileWriter::create(&tmp, self.counters.clone())?;
+        let mut records = 0u64;
+        for (k, v) in self.mem.iter() {
+            w.add(k, v)?;
+            records += 1;
+        }
+        w.finish(&FileMeta {
+            min_version: min,
+            max_version: max,
+            replay_from: (end.file_id, end.offset),
+            records,
+        })?;
+        std::fs::rename(&tmp, &fin).map_err(|e| Error::io(&fin, e))?;
+        sync_dir(&dir)?;
+        let file = IndexFile::open(&fin, no, self.counters.clone(), self.block_cache.clone())?;
+        self.files.push(Arc::new(file));
+        self.next_file_no += 1;
+        self.mem.clear();
+        self.mem_min_version = None;
+        self.pages.clear();
+        Ok(())
+    }
+}

@@ -1,0 +1,458 @@
+//! Opening the log: header checks, replay of complete commit groups, and the cut of a torn or uncommitted tail.
+//!
+//! The rule that separates a torn tail from corruption (also in `FORMAT-vdls.md`). Scanning sequentially from
+//! `from`, let X be the first offset where a record fails its length bounds or its checksum, or where the file
+//! ends inside a record, in file F; let S be the start of the group being scanned at X (the end of the last
+//! complete commit in F, or the end of the header). X is a **torn tail** exactly when
+//! 1. F is the last data file (every earlier file was complete and fsynced before its successor was created), and
+//! 2. no record after X in F is a checksum-valid Commit record whose group start differs from S.
+//!
+//! Otherwise it is corruption. Why this is sound: with `sync`, a crash can only damage the bytes of the one group
+//! whose commit had not returned, all of which lie at or after S, and the only Commit record among them names S
+//! as its group start. Any other valid Commit record after X belongs to a group that was written after the
+//! damaged bytes, i.e. acknowledged data lies beyond the damage. A checksum-valid record that does not parse, or a
+//! Commit record that contradicts its group (wrong start, record count or version), cannot be produced by a torn
+//! write either, and is corruption wherever it is.
+
+use std::fs::File;
+use std::path::Path;
+
+use super::record::{self, DecodeError, HeaderError, HEADER_LEN, KIND_AT, KIND_COMMIT, PREFIX_LEN};
+use super::{create_data_file, file_path, DataFile, Location, Position, Record};
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::metrics::Counters;
+
+/// What `open` hands over to the new [`super::Vdls`].
+pub(crate) struct Recovered {
+    /// Files after the cut; the last one ends at the last complete commit (or is an empty new file).
+    pub files: Vec<DataFile>,
+    /// Version of the last replayed commit.
+    pub last_version: Option<u64>,
+}
+
+/// Size of the sequential read window used by the scan.
+const CHUNK: usize = 1 << 20;
+
+pub(crate) fn recover(
+    dir: &Path,
+    counters: &Counters,
+    mut from: Position,
+    mut replay: impl FnMut(Location, &Record) -> Result<()>,
+) -> Result<Recovered> {
+    ensure_dir(dir)?;
+    let mut files = open_files(dir)?;
+
+    // Headers. A bad header is a torn rotation only in the last file and only if the file holds nothing but
+    // (part of) a header: records are written to a new file only after its header was fsynced.
+    let n = files.len();
+    let mut prev_lens = Vec::with_capacity(n);
+    let mut torn_last = false;
+    for (i, f) in files.iter().enumerate() {
+        let mut hb = vec![0u8; f.len.min(HEADER_LEN) as usize];
+        fsutil::read_exact_at(&f.file, &f.path, &mut hb, 0)?;
+        Counters::add(&counters.bytes_read, hb.len() as u64);
+        match record::decode_header(&hb) {
+            Ok(h) if h.file_id == f.id => prev_lens.push(h.prev_file_len),
+            Ok(h) => {
+                return Err(Error::corrupt(
+                    &f.path,
+                    12,
+                    format!(
+                        "header names file id {} but the file is {}",
+                        h.file_id, f.id
+                    ),
+                ))
+            }
+            Err(HeaderError::Unsupported(v)) => {
+                return Err(Error::UnsupportedFormat {
+                    path: f.path.clone(),
+                    found: v,
+                })
+            }
+            Err(HeaderError::Bad(why)) => {
+                if i + 1 == n && f.len <= HEADER_LEN {
+                    torn_last = true;
+                } else {
+                    return Err(Error::corrupt(&f.path, 0, why));
+                }
+            }
+        }
+    }
+    if torn_last {
+        // Crash during rotation (or during creation of file 1): the file holds no record; remove it durably.
+        if let Some(f) = files.pop() {
+            let (id, path) = (f.id, f.path.clone());
+            drop(f);
+            std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+            fsutil::sync_dir(dir)?;
+            if from.file_id == id && from.offset == HEADER_LEN {
+                if let Some(p) = files.last() {
+                    // The same point of the log, expressed in the previous file.
+                    from = Position {
+                        file_id: p.id,
+                        offset: p.len,
+                    };
+                }
+            }
+        }
+    }
+    // Each file's header records the final length of its predecessor, which was complete and fsynced when the
+    // successor was created; any difference means the predecessor changed afterwards.
+    for (i, f) in files.iter().enumerate() {
+        let expected = match i.checked_sub(1).and_then(|p| files.get(p)) {
+            Some(p) => p.len,
+            None => 0,
+        };
+        let recorded = prev_lens.get(i).copied().unwrap_or(0);
+        if recorded != expected {
+            let (path, off) = match i.checked_sub(1).and_then(|p| files.get(p)) {
+                Some(p) => (&p.path, p.len.min(recorded)),
+                None => (&f.path, 16),
+            };
+            return Err(Error::corrupt(
+                path,
+                off,
+                format!(
+                    "file is {expected} bytes but the header of data file {} records {recorded}",
+                    f.id
+                ),
+            ));
+        }
+    }
+    if files.is_empty() {
+        if from != Position::START {
+            return Err(Error::corrupt(
+                file_path(dir, 1),
+                from.offset,
+                format!("the log is empty but replay should start at {from:?}"),
+            ));
+        }
+        files.push(create_data_file(dir, 1, 0)?);
+        Counters::add(&counters.bytes_written, HEADER_LEN);
+    }
+
+    // `from` must be inside the log.
+    let from_idx = (from.file_id as usize)
+        .checked_sub(1)
+        .filter(|&i| i < files.len())
+        .ok_or_else(|| {
+            Error::corrupt(
+                file_path(dir, from.file_id),
+                from.offset,
+                "replay start is in a data file that does not exist",
+            )
+        })?;
+    if let Some(f) = files.get(from_idx) {
+        if from.offset < HEADER_LEN || from.offset > f.len {
+            return Err(Error::corrupt(
+                &f.path,
+                from.offset,
+                format!(
+                    "replay start is outside the file's records ({} bytes)",
+                    f.len
+                ),
+            ));
+        }
+    }
+
+    // Scan. Records of a group are held until its Commit record proves the group complete, then replayed.
+    let last_idx = files.len() - 1;
+    let mut last_good = from;
+    let mut last_version: Option<u64> = None;
+    let mut pending: Vec<(Location, Record)> = Vec::new();
+    let mut pending_version: Option<u64> = None;
+    'files: for (idx, f) in files.iter().enumerate().skip(from_idx) {
+        let mut o = if idx == from_idx {
+            from.offset
+        } else {
+            HEADER_LEN
+        };
+        let mut group_start = o;
+        let mut r = Reader::new(&f.file, &f.path, f.len, counters);
+        while o < f.len {
+            let (d, len) = match next_record(&mut r, f.id, o)? {
+                Step::Record(d, len) => (d, len),
+                Step::Damaged(why) => {
+                    if idx != last_idx {
+                        return Err(Error::corrupt(
+                            &f.path,
+                            o,
+                            format!("{why} (in a data file that was complete before later files were created)"),
+                        ));
+                    }
+                    if let Some(at) = find_foreign_commit(&mut r, f.id, o, group_start)? {
+                        return Err(Error::corrupt(
+                            &f.path,
+                            o,
+                            format!("{why}; a valid commit record of a later group follows at offset {at}"),
+                        ));
+                    }
+                    break 'files; // a torn tail: cut below
+                }
+            };
+            let loc = Location {
+                file_id: f.id,
+                offset: o,
+                len,
+            };
+            let v = d.rec.version();
+            if let Some(pv) = pending_version.filter(|&pv| pv != v) {
+                return Err(Error::corrupt(
+                    &f.path,
+                    o,
+                    format!("record of version {v} in the group of version {pv}"),
+                ));
+            }
+            if let Some(lv) = last_version.filter(|&lv| v <= lv) {
+                return Err(Error::corrupt(
+                    &f.path,
+                    o,
+                    format!("version {v} is not above the previous commit's version {lv}"),
+                ));
+            }
+            match d.group {
+                None => {
+                    pending_version = Some(v);
+                    pending.push((loc, d.rec));
+                }
+                Some((gs, count)) => {
+                    if gs != group_start || count as usize != pending.len() {
+                        return Err(Error::corrupt(
+                            &f.path,
+                            o,
+                            format!(
+                                "commit record names a group of {count} records at offset {gs}, \
+                                 but the group holds {} records from offset {group_start}",
+                                pending.len()
+                            ),
+                        ));
+                    }
+                    for (l, rec) in pending.drain(..) {
+                        replay(l, &rec)?;
+                    }
+                    replay(loc, &d.rec)?;
+                    pending_version = None;
+                    last_version = Some(v);
+                    group_start = o + u64::from(len);
+                    last_good = Position {
+                        file_id: f.id,
+                        offset: group_start,
+                    };
+                }
+            }
+            o += u64::from(len);
+        }
+        if idx != last_idx && !pending.is_empty() {
+            // Rotation happens only at commit boundaries, so a file that has a successor ends with a commit.
+            return Err(Error::corrupt(
+                &f.path,
+                group_start,
+                "commit group is not closed at the end of a data file that has a successor",
+            ));
+        }
+    }
+    drop(pending);
+
+    // Cut: truncate the file holding the last complete commit right after it, fsync it, then remove later files
+    // (highest id first, so a crash in between leaves ids contiguous) and fsync the directory. Recovery is
+    // idempotent: a crash during the cut leaves a log that the next open cuts the same way.
+    let cut_idx = (last_good.file_id as usize).saturating_sub(1);
+    if let Some(f) = files.get_mut(cut_idx) {
+        if f.len > last_good.offset {
+            f.file
+                .set_len(last_good.offset)
+                .and_then(|()| f.file.sync_all())
+                .map_err(|e| Error::io(&f.path, e))?;
+            f.len = last_good.offset;
+        }
+    }
+    if files.len() > cut_idx + 1 {
+        while files.len() > cut_idx + 1 {
+            if let Some(f) = files.pop() {
+                let path = f.path.clone();
+                drop(f);
+                std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+            }
+        }
+        fsutil::sync_dir(dir)?;
+    }
+    Ok(Recovered {
+        files,
+        last_version,
+    })
+}
+
+/// Creates `dir` if missing, fsyncing its parent so that the directory itself is durable.
+fn ensure_dir(dir: &Path) -> Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(Error::io(
+            dir,
+            std::io::Error::new(std::io::ErrorKind::AlreadyExists, "not a directory"),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            let parent = match dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            fsutil::sync_dir(parent)
+        }
+        Err(e) => Err(Error::io(dir, e)),
+    }
+}
+
+/// Opens every data file (`NNNNNN.vdl`, ids contiguous from 1). Other names in `dir` are ignored.
+fn open_files(dir: &Path) -> Result<Vec<DataFile>> {
+    let mut ids = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".vdl")) else {
+            continue;
+        };
+        if !stem.bytes().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        // Only the canonical spelling is ours (so "1.vdl" and "000001.vdl" cannot both count as file 1).
+        match stem.parse::<u32>() {
+            Ok(id) if format!("{id:06}") == stem => ids.push(id),
+            _ => continue,
+        }
+    }
+    ids.sort_unstable();
+    let mut files = Vec::with_capacity(ids.len());
+    for (i, &id) in ids.iter().enumerate() {
+        let expected = u32::try_from(i + 1).unwrap_or(u32::MAX);
+        if id != expected {
+            return Err(Error::corrupt(
+                file_path(dir, expected),
+                0,
+                "data file is missing (data file ids must be contiguous from 1)",
+            ));
+        }
+        let path = file_path(dir, id);
+        let file = fsutil::open_rw(&path)?;
+        let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        files.push(DataFile {
+            id,
+            path,
+            file,
+            len,
+        });
+    }
+    Ok(files)
+}
+
+/// A forward read window over one file, so the scan does one large `pread` per MiB instead of two per record.
+struct Reader<'a> {
+    file: &'a File,
+    path: &'a Path,
+    len: u64,
+    counters: &'a Counters,
+    start: u64,
+    win: Vec<u8>,
+}
+
+impl<'a> Reader<'a> {
+    fn new(file: &'a File, path: &'a Path, len: u64, counters: &'a Counters) -> Self {
+        Reader {
+            file,
+            path,
+            len,
+            counters,
+            start: 0,
+            win: Vec::new(),
+        }
+    }
+
+    /// The `n` bytes at `off`; the caller ensures `off + n <= len` (a violation is reported, not panicked on).
+    fn get(&mut self, off: u64, n: usize) -> Result<&[u8]> {
+        let end = off
+            .checked_add(n as u64)
+            .filter(|&e| e <= self.len)
+            .ok_or_else(|| Error::corrupt(self.path, off, "read past the end of the file"))?;
+        let win_end = self.start + self.win.len() as u64;
+        if off < self.start || end > win_end {
+            let want = (n.max(CHUNK) as u64).min(self.len - off) as usize;
+            self.win.resize(want, 0);
+            fsutil::read_exact_at(self.file, self.path, &mut self.win, off)?;
+            Counters::add(&self.counters.bytes_read, want as u64);
+            self.start = off;
+        }
+        let s = (off - self.start) as usize;
+        self.win
+            .get(s..s + n)
+            .ok_or_else(|| Error::corrupt(self.path, off, "read window out of range"))
+    }
+}
+
+enum Step {
+    Record(record::Decoded, u32),
+    /// Bytes that are not a whole, checksum-valid record: a torn tail or damage (see the module rule).
+    Damaged(String),
+}
+
+/// Decodes the record at `o`. Length bounds are checked before anything of that length is read.
+fn next_record(r: &mut Reader<'_>, file_id: u32, o: u64) -> Result<Step> {
+    let remain = r.len - o;
+    if remain < PREFIX_LEN as u64 {
+        return Ok(Step::Damaged(format!(
+            "file ends {remain} bytes into a record prefix"
+        )));
+    }
+    let len = record::prefix_len(r.get(o, PREFIX_LEN)?).unwrap_or(0);
+    if !record::len_in_bounds(len) {
+        return Ok(Step::Damaged(format!(
+            "record length {len} is out of bounds"
+        )));
+    }
+    if len as u64 > remain {
+        return Ok(Step::Damaged(format!(
+            "record of {len} bytes extends past the end of the file ({remain} bytes left)"
+        )));
+    }
+    let bytes = r.get(o, len)?;
+    match record::decode(bytes, file_id, o) {
+        Ok(d) => Ok(Step::Record(d, len as u32)),
+        Err(DecodeError::Damaged(why)) => Ok(Step::Damaged(why)),
+        Err(DecodeError::Malformed(why)) => Err(Error::corrupt(r.path, o, why)),
+    }
+}
+
+/// Looks for evidence that acknowledged data follows the damage at `x`: a checksum-valid Commit record after `x`
+/// whose group does not start at `group_start` (the start of the group torn at `x`). Returns its offset.
+/// Checks every byte offset (the damage may have any length), but only computes a checksum where the kind byte
+/// and the length field fit a Commit record.
+fn find_foreign_commit(
+    r: &mut Reader<'_>,
+    file_id: u32,
+    x: u64,
+    group_start: u64,
+) -> Result<Option<u64>> {
+    let min = record::COMMIT_HEADER_LEN as u64;
+    let max = (record::COMMIT_HEADER_LEN + record::MAX_PAYLOAD_BYTES) as u64;
+    let mut o = x + 1;
+    while o + min <= r.len {
+        let head = r.get(o, KIND_AT + 1)?;
+        if head.get(KIND_AT) == Some(&KIND_COMMIT) {
+            let len = record::prefix_len(head).unwrap_or(0) as u64;
+            if (min..=max).contains(&len) && o + len <= r.len {
+                let bytes = r.get(o, len as usize)?;
+                match record::decode(bytes, file_id, o) {
+                    Ok(d) => {
+                        if d.group.is_some_and(|(gs, _)| gs != group_start) {
+                            return Ok(Some(o));
+                        }
+                    }
+                    // Checksum-valid but invalid: written by something, and not by the torn group.
+                    Err(DecodeError::Malformed(_)) => return Ok(Some(o)),
+                    Err(DecodeError::Damaged(_)) => {}
+                }
+            }
+        }
+        o += 1;
+    }
+    Ok(None)
+}
