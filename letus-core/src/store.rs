@@ -136,11 +136,14 @@ pub struct HistoryEntry {
     pub value: Option<Vec<u8>>,
 }
 
+/// Staged changes of the next version: `(tid, path) -> (key, value or None for a delete)`.
+type Staged = BTreeMap<(TrieId, KeyPath), (Vec<u8>, Option<Vec<u8>>)>;
+
 /// A letus store: several tries, every version kept, durable commits.
 pub struct Store {
     engine: Engine,
     vdls: Vdls,
-    staged: BTreeMap<(TrieId, KeyPath), (Vec<u8>, Option<Vec<u8>>)>,
+    staged: Staged,
     poisoned: bool,
     _lock: File,
 }
@@ -397,11 +400,7 @@ impl Store {
         Ok(digests)
     }
 
-    fn commit_staged(
-        &mut self,
-        version: Version,
-        staged: BTreeMap<(TrieId, KeyPath), (Vec<u8>, Option<Vec<u8>>)>,
-    ) -> Result<Vec<Digest>> {
+    fn commit_staged(&mut self, version: Version, staged: Staged) -> Result<Vec<Digest>> {
         let mut writes: BTreeMap<TrieId, Vec<Write>> = BTreeMap::new();
         for ((tid, path), (key, value)) in staged {
             let prev = self.engine.latest_leaf(tid, &path)?.map(|l| l.loc);

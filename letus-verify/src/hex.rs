@@ -27,7 +27,7 @@ fn digit(c: u8) -> Option<u8> {
 /// Decodes hex of even length; `None` on any other character or an odd length.
 pub fn decode(s: &str) -> Option<Vec<u8>> {
     let s = s.as_bytes();
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     s.chunks_exact(2)

@@ -18,7 +18,7 @@ impl KeyPath {
     /// Nibble `i` (`i < 64`); out-of-range indices read as 0 rather than panic.
     pub fn nibble(&self, i: usize) -> u8 {
         match self.0.get(i / 2) {
-            Some(b) if i % 2 == 0 => b >> 4,
+            Some(b) if i.is_multiple_of(2) => b >> 4,
             Some(b) => b & 0x0f,
             None => 0,
         }

@@ -1,6 +1,6 @@
 //! One immutable index file: its writer ([`IndexFileWriter`]) and its reader ([`IndexFile`]).
 //!
-//! The byte layout, what each checksum covers and the crash argument are in `FORMAT-lsvps.md`; the constants below
+//! The byte layout, what each checksum covers and the crash argument are in `FORMAT.md §2`; the constants below
 //! are the normative sizes. In short:
 //!
 //! ```text
@@ -35,7 +35,7 @@ pub const MAGIC: [u8; 8] = *b"LETUSIDX";
 pub const FORMAT_VERSION: u32 = 1;
 /// Header: `magic [u8;8] | format_version u32 | header_crc u32`.
 pub const HEADER_LEN: u64 = 16;
-/// Footer (layout in `FORMAT-lsvps.md` §3.5). Its last 16 bytes (`format_version u32 | footer_crc u32 |
+/// Footer (layout in `FORMAT.md §2` §3.5). Its last 16 bytes (`format_version u32 | footer_crc u32 |
 /// magic [u8;8]`) keep their place in every future format version, so any reader can tell "newer format" from
 /// "damaged".
 pub const FOOTER_LEN: u64 = 80;

@@ -11,7 +11,7 @@
 //! - [`BlockCache`]: decoded index blocks shared by all files, bounded in bytes.
 //!
 //! Page records are opaque byte strings here; the trie module encodes them. The byte layout, the checksums and the
-//! crash argument are in `letus-core/FORMAT-lsvps.md`.
+//! crash argument are in `letus-core/FORMAT.md §2`.
 
 mod block_cache;
 mod index_file;

@@ -317,7 +317,7 @@ pub fn walk<S: PageSource>(
 /// Sets nibble `i` of `p`.
 pub fn set_nibble(p: &mut KeyPath, i: usize, v: u8) {
     if let Some(b) = p.0.get_mut(i / 2) {
-        *b = if i % 2 == 0 {
+        *b = if i.is_multiple_of(2) {
             (*b & 0x0f) | (v << 4)
         } else {
             (*b & 0xf0) | (v & 0x0f)

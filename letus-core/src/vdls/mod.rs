@@ -5,7 +5,7 @@
 //! The log is also the engine's write-ahead log. A commit appends the Put/Delete records of one version, then a
 //! Commit record, writes them with one positional write and fdatasyncs: a commit is durable exactly when its
 //! Commit record is on disk. [`Vdls::open`] replays the complete commit groups after a given position and cuts off
-//! a torn or uncommitted tail. The byte layout, the checksums and the crash argument are in `FORMAT-vdls.md`.
+//! a torn or uncommitted tail. The byte layout, the checksums and the crash argument are in `FORMAT.md §1`.
 //!
 //! Invariants (relied on by recovery, see `recovery.rs`):
 //! - data files are `NNNNNN.vdl` with ids contiguous from 1; only the last one is ever written to;
@@ -221,7 +221,7 @@ impl Vdls {
     /// `from`, in log order, the Commit record included. A torn or uncommitted tail is cut (file truncated and
     /// fsynced, later files removed, directory fsynced); damage before the last complete commit is
     /// [`Error::Corrupt`]. `from` must be [`Position::START`] or a position returned by [`Vdls::commit`] /
-    /// [`Vdls::end`]. The rule that separates a torn tail from corruption is in `FORMAT-vdls.md`.
+    /// [`Vdls::end`]. The rule that separates a torn tail from corruption is in `FORMAT.md §1`.
     pub fn open(
         dir: &Path,
         opts: VdlsOptions,

@@ -1,4 +1,4 @@
-//! Byte encoding of VDLS data-file headers and records. The byte maps are in `FORMAT-vdls.md`; this file is
+//! Byte encoding of VDLS data-file headers and records. The byte maps are in `FORMAT.md §1`; this file is
 //! the only place that knows them.
 //!
 //! Decoding never panics and never trusts a length read from disk: every length is bounded before anything is

@@ -1,6 +1,6 @@
 //! Opening the log: header checks, replay of complete commit groups, and the cut of a torn or uncommitted tail.
 //!
-//! The rule that separates a torn tail from corruption (also in `FORMAT-vdls.md`). Scanning sequentially from
+//! The rule that separates a torn tail from corruption (also in `FORMAT.md §1`). Scanning sequentially from
 //! `from`, let X be the first offset where a record fails its length bounds or its checksum, or where the file
 //! ends inside a record, in file F; let S be the start of the group being scanned at X (the end of the last
 //! complete commit in F, or the end of the header). X is a **torn tail** exactly when

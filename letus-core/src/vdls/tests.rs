@@ -551,7 +551,7 @@ fn flipped_byte_in_committed_record_is_corrupt() {
 #[test]
 fn damage_in_the_last_group_is_a_torn_tail() {
     // Documented limitation: damage inside the last group, with no complete group after it, looks exactly like a
-    // crash that persisted the group's pages out of order, so the group is dropped (FORMAT-vdls.md).
+    // crash that persisted the group's pages out of order, so the group is dropped (FORMAT.md §1).
     let d = TempDir::new().unwrap();
     let groups = build(d.path(), opts(1 << 20), 3);
     let l = groups[2].recs[0].0;
