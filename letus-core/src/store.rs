@@ -88,7 +88,7 @@ struct PageWeighter;
 
 impl quick_cache::Weighter<(TrieId, PageId, Version), Arc<Page>> for PageWeighter {
     fn weight(&self, _: &(TrieId, PageId, Version), page: &Arc<Page>) -> u64 {
-        u64::from(page.weight()).max(1)
+        u64::from(page.weight).max(1)
     }
 }
 
@@ -915,7 +915,6 @@ impl Engine {
                 .ok_or_else(|| bad(&path, "delta page points at a missing record"))?;
             chain.push(PageRecord::decode(&b).map_err(|w| bad(&p, w))?);
         };
-        Counters::add(&self.counters.page_reads, chain.len() as u64);
         let mut slots: Slots = base_slots;
         let mut newest = match chain.last() {
             Some(PageRecord::Base { version, .. }) => *version,
@@ -938,12 +937,7 @@ impl Engine {
             ));
         }
         let root = page::from_slots(&id, &slots).map_err(|w| bad(&path, w))?;
-        Ok(Page {
-            id,
-            version,
-            root,
-            head: Some(head),
-        })
+        Ok(Page::new(id, version, root, Some(head)))
     }
 
     fn root_page(&self, tid: TrieId, version: Version) -> Result<Arc<Page>> {
@@ -1074,9 +1068,10 @@ impl Engine {
     /// Stores one page write as a BasePage or DeltaPage in the MemIndexTable; returns the page's version after
     /// it (the old version when nothing changed).
     fn persist_page(&mut self, tid: TrieId, pw: PageWrite, version: Version) -> Result<Version> {
-        let new_slots = page::slots(&pw.new_root);
-        let old_slots = pw.old.as_ref().map(|p| page::slots(&p.root));
-        let changes = page::diff(old_slots.as_ref().unwrap_or(&Slots::new()), &new_slots);
+        let changes = match &pw.old {
+            Some(old) => page::diff_nodes(&old.root, &pw.new_root),
+            None => page::diff(&Slots::new(), &page::slots(&pw.new_root)),
+        };
         if let Some(old) = &pw.old {
             if changes.is_empty() {
                 return Ok(old.version);
@@ -1142,7 +1137,7 @@ impl Engine {
                 let rec = PageRecord::Base {
                     version,
                     since_base: 0,
-                    slots: new_slots,
+                    slots: page::slots(&pw.new_root),
                 };
                 self.mem_insert(
                     PageKey::new(tid, pw.id, version, PageKind::Base),
@@ -1163,12 +1158,7 @@ impl Engine {
             }
         };
         self.pages.insert(key, new_state);
-        let page = Arc::new(Page {
-            id: pw.id,
-            version,
-            root: pw.new_root,
-            head: Some(head),
-        });
+        let page = Arc::new(Page::new(pw.id, version, pw.new_root, Some(head)));
         self.page_cache.insert((tid, pw.id, version), page);
         Ok(version)
     }

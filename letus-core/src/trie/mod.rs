@@ -140,7 +140,7 @@ impl<S: PageSource> Updater<'_, S> {
     fn build(&mut self, depth: usize, leaves: &[Leaf]) -> Node {
         match leaves {
             [] => Node::Empty,
-            [one] => Node::Leaf(Box::new(*one)),
+            [one] => Node::Leaf(Arc::new(*one)),
             _ => {
                 let mut children: [Node; 16] = Default::default();
                 let mut rest = leaves;

@@ -5,6 +5,8 @@
 //! page only, empty or a leaf), its children at depth `2j+1` are empty, leaves or branches, and their children at
 //! depth `2j+2` are empty, leaves or [`Node::Page`] references: a branch at an even depth > 0 is always its own page.
 
+use std::sync::Arc;
+
 use letus_verify::fold::fold;
 use letus_verify::hash::leaf_hash;
 use letus_verify::{Hash, KeyPath, Version, EMPTY};
@@ -48,10 +50,10 @@ pub enum Node {
     /// No key below.
     #[default]
     Empty,
-    /// Exactly one key below.
-    Leaf(Box<Leaf>),
+    /// Exactly one key below. (`Arc`: page versions share unchanged nodes, so copying a page is cheap.)
+    Leaf(Arc<Leaf>),
     /// A branch stored in the current page.
-    Branch(Box<Branch>),
+    Branch(Arc<Branch>),
     /// A branch stored as its own page, found by exact version.
     Page {
         /// The hash of the page's root branch.
@@ -91,7 +93,7 @@ impl Node {
     pub fn branch(children: [Node; 16]) -> Node {
         let hashes: [Hash; 16] = std::array::from_fn(|i| children[i].hash());
         let version = children.iter().map(Node::version).max().unwrap_or(0);
-        Node::Branch(Box::new(Branch {
+        Node::Branch(Arc::new(Branch {
             hash: fold(&hashes),
             version,
             children,
@@ -125,6 +127,7 @@ impl Node {
 /// Recomputes every inline branch's hash and version from its children (after decoding a page).
 pub fn rehash(node: &mut Node) {
     if let Node::Branch(b) = node {
+        let b = Arc::make_mut(b);
         for c in b.children.iter_mut() {
             rehash(c);
         }

@@ -20,6 +20,7 @@
 //! Base/Delta schedule where it stopped.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use letus_verify::{Hash, KeyPath, Version};
 
@@ -62,6 +63,8 @@ pub struct Page {
     pub root: Node,
     /// The newest stored record of this page at `version`, if the page was loaded from storage.
     pub head: Option<Head>,
+    /// Rough memory footprint, computed once for the cache's weigher.
+    pub weight: u32,
 }
 
 /// The stored record a page was loaded from, which the next update chains to.
@@ -78,9 +81,17 @@ pub struct Head {
 }
 
 impl Page {
-    /// Rough memory footprint, for the cache's weigher.
-    pub fn weight(&self) -> u32 {
-        (std::mem::size_of::<Page>() + self.root.heap_bytes()).min(u32::MAX as usize) as u32
+    /// A page, with its weight computed.
+    pub fn new(id: PageId, version: Version, root: Node, head: Option<Head>) -> Page {
+        let weight =
+            (std::mem::size_of::<Page>() + root.heap_bytes()).min(u32::MAX as usize) as u32;
+        Page {
+            id,
+            version,
+            root,
+            head,
+            weight,
+        }
     }
 }
 
@@ -133,7 +144,7 @@ pub fn from_slots(id: &PageId, slots: &Slots) -> Result<Node, &'static str> {
         if slots.len() != 1 || id.depth != 0 {
             return Err("a page root leaf shares its page with other slots");
         }
-        return Ok(Node::Leaf(Box::new(*l)));
+        return Ok(Node::Leaf(Arc::new(*l)));
     }
     let mut children: [Node; 16] = Default::default();
     let mut grand: [[Node; 16]; 16] = Default::default();
@@ -142,7 +153,7 @@ pub fn from_slots(id: &PageId, slots: &Slots) -> Result<Node, &'static str> {
         match slot {
             0 => return Err("slot 0 holds a page reference"),
             1..=16 => match cell {
-                Cell::Leaf(l) => children[usize::from(slot - 1)] = Node::Leaf(Box::new(*l)),
+                Cell::Leaf(l) => children[usize::from(slot - 1)] = Node::Leaf(Arc::new(*l)),
                 Cell::Page { .. } => return Err("a child slot holds a page reference"),
             },
             17..=272 => {
@@ -150,7 +161,7 @@ pub fn from_slots(id: &PageId, slots: &Slots) -> Result<Node, &'static str> {
                 let (c, g) = (i / 16, i % 16);
                 has_grand[c] = true;
                 grand[c][g] = match cell {
-                    Cell::Leaf(l) => Node::Leaf(Box::new(*l)),
+                    Cell::Leaf(l) => Node::Leaf(Arc::new(*l)),
                     Cell::Page { hash, version } => Node::Page {
                         hash: *hash,
                         version: *version,
@@ -195,6 +206,92 @@ pub fn diff(old: &Slots, new: &Slots) -> Vec<Change> {
     }
     out.sort_by_key(|(s, _)| *s);
     out
+}
+
+/// The changes that turn the page whose root is `old` into the page whose root is `new`, found by walking both
+/// trees and skipping shared (unchanged) nodes, so the cost follows the changes rather than the page size.
+pub fn diff_nodes(old: &Node, new: &Node) -> Vec<Change> {
+    let (Node::Branch(a), Node::Branch(b)) = (old, new) else {
+        // A root page that is or was empty or a single leaf: small, compare whole slot maps.
+        return diff(&slots(old), &slots(new));
+    };
+    let mut out = Vec::new();
+    if Arc::ptr_eq(a, b) {
+        return out;
+    }
+    for c in 0..16 {
+        let (o, n) = (&a.children[c], &b.children[c]);
+        if same(o, n) {
+            continue;
+        }
+        match (o, n) {
+            (Node::Branch(x), Node::Branch(y)) => {
+                for g in 0..16 {
+                    let (go, gn) = (&x.children[g], &y.children[g]);
+                    if !same(go, gn) {
+                        out.push((17 + 16 * c as u16 + g as u16, cell(gn)));
+                    }
+                }
+            }
+            _ => {
+                // The child changed kind (leaf, branch, empty): rewrite its slots.
+                let mut before = Slots::new();
+                child_slots(c, o, &mut before);
+                let mut after = Slots::new();
+                child_slots(c, n, &mut after);
+                out.extend(diff(&before, &after));
+            }
+        }
+    }
+    out.sort_by_key(|(s, _)| *s);
+    out
+}
+
+/// Whether two nodes are the same without a deep comparison: shared, or equal small values.
+fn same(a: &Node, b: &Node) -> bool {
+    match (a, b) {
+        (Node::Empty, Node::Empty) => true,
+        (Node::Leaf(x), Node::Leaf(y)) => Arc::ptr_eq(x, y) || x == y,
+        (Node::Branch(x), Node::Branch(y)) => Arc::ptr_eq(x, y),
+        (
+            Node::Page {
+                hash: h1,
+                version: v1,
+            },
+            Node::Page {
+                hash: h2,
+                version: v2,
+            },
+        ) => h1 == h2 && v1 == v2,
+        _ => false,
+    }
+}
+
+fn cell(n: &Node) -> Option<Cell> {
+    match n {
+        Node::Leaf(l) => Some(Cell::Leaf(**l)),
+        Node::Page { hash, version } => Some(Cell::Page {
+            hash: *hash,
+            version: *version,
+        }),
+        Node::Empty | Node::Branch(_) => None,
+    }
+}
+
+fn child_slots(c: usize, child: &Node, out: &mut Slots) {
+    match child {
+        Node::Leaf(l) => {
+            out.insert(1 + c as u16, Cell::Leaf(**l));
+        }
+        Node::Branch(b) => {
+            for (g, gc) in b.children.iter().enumerate() {
+                if let Some(x) = cell(gc) {
+                    out.insert(17 + 16 * c as u16 + g as u16, x);
+                }
+            }
+        }
+        Node::Empty | Node::Page { .. } => {}
+    }
 }
 
 /// Applies changes to slots.

@@ -1,0 +1,194 @@
+//! Engine benchmark: the LETUS evaluation workload on one store.
+//!
+//! `cargo bench -p letus-core --bench engine -- [--keys N] [--versions N] [--updates N] [--td N --tb N] [--gets N]`
+//!
+//! Loads `keys` accounts, then commits `versions` versions of `updates` updates each, 80% of them going to 20% of
+//! the keys, with fsync at every commit; then measures reads at the latest version with a cold and a warm cache.
+//! Prints committed updates per second, commit latency, bytes written per update (engine counters and
+//! /proc/self/io), disk bytes per live key, and disk reads per get.
+
+use std::time::Instant;
+
+use letus_core::{Options, Store};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// 80% of picks on the first 20% of `n`.
+    fn hot(&mut self, n: u64) -> u64 {
+        let hot = (n / 5).max(1);
+        if self.next() % 10 < 8 {
+            self.next() % hot
+        } else {
+            hot + self.next() % (n - hot).max(1)
+        }
+    }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("account-{i:010}").into_bytes()
+}
+
+fn proc_write_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("write_bytes:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let keys = arg("--keys", 1_000_000);
+    let versions = arg("--versions", 200);
+    let updates = arg("--updates", 1_000);
+    let gets = arg("--gets", 20_000);
+    let mut opts = Options::default();
+    opts.delta_threshold = arg("--td", u64::from(opts.delta_threshold)) as u32;
+    opts.base_threshold = arg("--tb", u64::from(opts.base_threshold)) as u32;
+    let dir = tempfile::tempdir_in(std::env::var("LETUS_BENCH_DIR").unwrap_or_else(|_| ".".into()))
+        .expect("temp dir");
+    let mut store = Store::open(dir.path(), opts.clone()).expect("open");
+    println!(
+        "keys {keys}, versions {versions} x {updates} updates, Td {} Tb {}",
+        opts.delta_threshold, opts.base_threshold
+    );
+
+    // Load: 50k keys per version.
+    let t = Instant::now();
+    let mut v = 0u64;
+    let mut i = 0u64;
+    while i < keys {
+        for _ in 0..50_000.min(keys - i) {
+            store.put(0, &key(i), &1_000u64.to_le_bytes()).expect("put");
+            i += 1;
+        }
+        v += 1;
+        store.commit(v).expect("commit");
+    }
+    println!(
+        "load: {:.1}s ({:.0} keys/s)",
+        t.elapsed().as_secs_f64(),
+        keys as f64 / t.elapsed().as_secs_f64()
+    );
+    // The load's page records must not be counted as the updates' writes.
+    store.flush().expect("flush");
+
+    // Updates.
+    let mut rng = Rng(0x5eed);
+    let before = store.metrics();
+    let io_before = proc_write_bytes();
+    let mut lat = Vec::with_capacity(versions as usize);
+    let t = Instant::now();
+    for _ in 0..versions {
+        for _ in 0..updates {
+            let k = key(rng.hot(keys));
+            store
+                .put(0, &k, &(rng.next() % 1_000_000).to_le_bytes())
+                .expect("put");
+        }
+        v += 1;
+        let c = Instant::now();
+        store.commit(v).expect("commit");
+        lat.push(c.elapsed());
+    }
+    let secs = t.elapsed().as_secs_f64();
+    // Page changes sit in the MemIndexTable until it fills; flush now so that every byte the updates cause is
+    // on disk and counted, and so that reads below come from index files.
+    store.flush().expect("flush");
+    let after = store.metrics();
+    let io_after = proc_write_bytes();
+    lat.sort();
+    let n = (versions * updates) as f64;
+    println!(
+        "updates: {:.0} committed updates/s over {:.1}s",
+        n / secs,
+        secs
+    );
+    println!(
+        "commit latency: p50 {:.1} ms, p99 {:.1} ms",
+        lat[lat.len() / 2].as_secs_f64() * 1e3,
+        lat[(lat.len() * 99 / 100).min(lat.len() - 1)].as_secs_f64() * 1e3
+    );
+    println!(
+        "bytes written per update: {:.0} (engine counters), {:.0} (/proc/self/io write_bytes)",
+        (after.bytes_written - before.bytes_written) as f64 / n,
+        io_after.saturating_sub(io_before) as f64 / n
+    );
+    println!(
+        "disk: {} bytes, {:.0} bytes per live key",
+        store.disk_bytes(),
+        store.disk_bytes() as f64 / keys as f64
+    );
+
+    // Reads at the latest version.
+    let read = |store: &Store, rng: &mut Rng, label: &str, clear_each: bool| {
+        let m0 = store.metrics();
+        let mut busy = std::time::Duration::ZERO;
+        for _ in 0..gets {
+            if clear_each {
+                store.clear_caches();
+            }
+            let k = key(rng.next() % keys);
+            let t = Instant::now();
+            store.get(0, v, &k).expect("get").expect("present");
+            busy += t.elapsed();
+        }
+        let d = store.metrics() - m0;
+        let g = gets as f64;
+        println!(
+            "get ({label}): {:.0} gets/s; per get: {:.2} page records, {:.2} index blocks, {:.2} value records read from disk",
+            g / busy.as_secs_f64(),
+            d.page_reads as f64 / g,
+            d.index_block_reads as f64 / g,
+            d.value_reads as f64 / g
+        );
+    };
+    read(
+        &store,
+        &mut rng,
+        "cold cache: caches cleared before every get",
+        true,
+    );
+    store.clear_caches();
+    // Warm the default cache (five times as many gets), then measure.
+    for _ in 0..5 * gets {
+        let k = key(rng.next() % keys);
+        store.get(0, v, &k).expect("get");
+    }
+    read(&store, &mut rng, "default cache, warmed", false);
+    let batch: Vec<Vec<u8>> = (0..1000).map(|_| key(rng.next() % keys)).collect();
+    let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+    store.clear_caches();
+    let t = Instant::now();
+    for k in &refs {
+        store.get(0, v, k).expect("get");
+    }
+    let serial = t.elapsed();
+    store.clear_caches();
+    let t = Instant::now();
+    store.get_many(0, v, &refs).expect("get_many");
+    let parallel = t.elapsed();
+    println!(
+        "access list of 1000 keys, cold cache: serial {:.1} ms, get_many {:.1} ms ({:.1}x)",
+        serial.as_secs_f64() * 1e3,
+        parallel.as_secs_f64() * 1e3,
+        serial.as_secs_f64() / parallel.as_secs_f64()
+    );
+}
