@@ -123,16 +123,3 @@ impl Node {
         }
     }
 }
-
-/// Recomputes every inline branch's hash and version from its children (after decoding a page).
-pub fn rehash(node: &mut Node) {
-    if let Node::Branch(b) = node {
-        let b = Arc::make_mut(b);
-        for c in b.children.iter_mut() {
-            rehash(c);
-        }
-        let hashes: [Hash; 16] = std::array::from_fn(|i| b.children[i].hash());
-        b.hash = fold(&hashes);
-        b.version = b.children.iter().map(Node::version).max().unwrap_or(0);
-    }
-}

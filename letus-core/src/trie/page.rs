@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use letus_verify::{Hash, KeyPath, Version};
 
-use super::node::{rehash, Leaf, Node};
+use super::node::{Leaf, Node};
 use crate::lsvps::{PageId, PageKind};
 use crate::vdls::Location;
 
@@ -186,9 +186,8 @@ pub fn from_slots(id: &PageId, slots: &Slots) -> Result<Node, &'static str> {
         }
         return Ok(Node::Empty);
     }
-    let mut root = Node::branch(children);
-    rehash(&mut root);
-    Ok(root)
+    // Node::branch computes each branch's hash and version from its children, bottom-up.
+    Ok(Node::branch(children))
 }
 
 /// The changes that turn `old` into `new`.
@@ -358,7 +357,11 @@ fn put_cell(out: &mut Vec<u8>, slot: u16, cell: Option<&Cell>) {
 impl Record {
     /// Encodes the record.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
+        let cells = match self {
+            Record::Base { slots, .. } => slots.len(),
+            Record::Delta { entries, .. } => entries.iter().map(|(_, c)| c.len() + 1).sum(),
+        };
+        let mut out = Vec::with_capacity(32 + cells * (3 + LEAF_LEN));
         out.push(FORMAT);
         match self {
             Record::Base {
