@@ -629,13 +629,27 @@ impl Store {
         version: Version,
         comm: &Hash,
     ) -> Result<FullVerification> {
+        self.verify_full_with_progress(tid, version, comm, &mut |_| {})
+    }
+
+    /// [`Store::verify_full`], calling `progress` with the number of keys verified so far (every 4096 keys and
+    /// at the end).
+    pub fn verify_full_with_progress(
+        &self,
+        tid: TrieId,
+        version: Version,
+        comm: &Hash,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<FullVerification> {
         let root = self.engine.root_page(tid, version)?;
         let mut stats = FullVerification {
             root: EMPTY,
             keys: 0,
             pages: 0,
         };
-        let computed = self.verify_node(tid, &root.root, 0, &KeyPath([0; 32]), &mut stats)?;
+        let computed =
+            self.verify_node(tid, &root.root, 0, &KeyPath([0; 32]), &mut stats, progress)?;
+        progress(stats.keys);
         if computed != *comm {
             return Err(Error::Mismatch {
                 at: format!("root of trie {tid} at version {version}"),
@@ -654,6 +668,7 @@ impl Store {
         depth: usize,
         prefix: &KeyPath,
         stats: &mut FullVerification,
+        progress: &mut dyn FnMut(u64),
     ) -> Result<Hash> {
         match node {
             Node::Empty => Ok(EMPTY),
@@ -681,6 +696,9 @@ impl Store {
                     });
                 }
                 stats.keys += 1;
+                if stats.keys.is_multiple_of(4096) {
+                    progress(stats.keys);
+                }
                 Ok(computed)
             }
             Node::Branch(b) => {
@@ -688,14 +706,14 @@ impl Store {
                 for (c, child) in b.children.iter().enumerate() {
                     let mut p = *prefix;
                     trie::set_nibble(&mut p, depth, c as u8);
-                    hashes[c] = self.verify_node(tid, child, depth + 1, &p, stats)?;
+                    hashes[c] = self.verify_node(tid, child, depth + 1, &p, stats, progress)?;
                 }
                 Ok(letus_verify::fold::fold(&hashes))
             }
             Node::Page { hash, version } => {
                 let id = trie::page_id(prefix, depth);
                 let page = self.engine.load(tid, id, *version)?;
-                let computed = self.verify_node(tid, &page.root, depth, prefix, stats)?;
+                let computed = self.verify_node(tid, &page.root, depth, prefix, stats, progress)?;
                 stats.pages += 1;
                 if computed != *hash {
                     return Err(Error::Mismatch {
@@ -1159,6 +1177,11 @@ impl Engine {
         };
         self.pages.insert(key, new_state);
         let page = Arc::new(Page::new(pw.id, version, pw.new_root, Some(head)));
+        // The superseded version is rarely read again (only by historical reads, which reload it); keeping the cache
+        // for latest versions is what makes the next commits and reads cheap.
+        if let Some(old) = &pw.old {
+            self.page_cache.remove(&(tid, pw.id, old.version));
+        }
         self.page_cache.insert((tid, pw.id, version), page);
         Ok(version)
     }
