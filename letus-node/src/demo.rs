@@ -1,37 +1,43 @@
-//! `letus demo`: a simulated payment chain (the LETUS evaluation workload: 80% of the transfers touch 20% of
-//! the accounts), committed block by block into the reference DMM-Trie, with every answer checked by
-//! `letus-verify` exactly as a wallet, a light client and an auditor would check it.
+//! `letus demo`: starts a node on a fresh embedded store and feeds it a simulated payment chain (the LETUS
+//! evaluation workload: transfers between accounts, 80% of them touching 20% of the accounts), a block every
+//! second or so, over the real HTTP API; prints the URLs to open and a line per block.
 
-use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use letus_verify::export::{encode_record, encode_trailer, ExportHeader, ExportReader};
-use letus_verify::hash::history_leaf;
-use letus_verify::proof::Record;
-use letus_verify::reference::ReferenceTrie;
-use letus_verify::{
-    verify_multi_proof, verify_proof, Claim, Digest, DigestChecker, HistoryTree, Limits,
-};
+use letus_node::api::{BlockRequest, DigestsResponse, WriteOp};
+use letus_verify::hex::encode as hex;
+
+use crate::serve::{serve, ServeArgs};
 
 /// Options of `letus demo`.
 #[derive(clap::Args)]
 pub struct DemoArgs {
+    /// Data directory (default: a fresh temporary directory, removed at exit).
+    #[arg(long)]
+    data: Option<std::path::PathBuf>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: String,
     /// Number of accounts.
     #[arg(long, default_value_t = 10_000)]
     accounts: u32,
-    /// Number of blocks to commit.
-    #[arg(long, default_value_t = 5)]
-    blocks: u64,
     /// Transfers per block.
     #[arg(long, default_value_t = 300)]
     transfers: u32,
-    /// Seed of the workload generator.
+    /// Milliseconds between blocks.
+    #[arg(long, default_value_t = 1_000)]
+    interval_ms: u64,
+    /// Stop after this many blocks (default: run until Ctrl-C).
+    #[arg(long)]
+    blocks: Option<u64>,
+    /// Seed of the workload.
     #[arg(long, default_value_t = 42)]
     seed: u64,
 }
 
-/// A small deterministic generator (xorshift64*), so that every run shows the same chain.
 struct Rng(u64);
-
 impl Rng {
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
@@ -39,8 +45,6 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-
-    /// An account where 80% of the picks fall on the first 20% of the accounts.
     fn account(&mut self, n: u32) -> u32 {
         let hot = (n / 5).max(1);
         let r = self.next();
@@ -52,225 +56,166 @@ impl Rng {
     }
 }
 
-fn account_key(i: u32) -> Vec<u8> {
+/// The key of account `i` in trie 0.
+pub fn account_key(i: u32) -> Vec<u8> {
     format!("acct/{i:08}").into_bytes()
 }
 
-fn balance(t: &ReferenceTrie, key: &[u8]) -> u64 {
-    t.get(key)
-        .and_then(|v| <[u8; 8]>::try_from(v).ok())
-        .map_or(0, u64::from_le_bytes)
-}
-
-pub fn run(args: &DemoArgs) -> Result<(), String> {
-    if args.accounts < 2 {
+pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
+    if a.accounts < 2 {
         return Err("--accounts must be at least 2".into());
     }
-    let limits = Limits::default();
-    let mut rng = Rng(args.seed | 1);
-    let mut state = ReferenceTrie::new();
-    let mut history = HistoryTree::new();
-    let mut digests = Vec::new();
-    let tid = 0;
-
-    println!(
-        "letus demo: {} accounts, {} blocks of {} transfers (80% of transfers on 20% of accounts)",
-        args.accounts, args.blocks, args.transfers
-    );
-    println!("genesis: every account starts with 1000");
-    for i in 0..args.accounts {
-        state.insert(&account_key(i), &1000u64.to_le_bytes());
-    }
-    for v in 1..=args.blocks {
-        for _ in 0..args.transfers {
-            let (from, to) = (rng.account(args.accounts), rng.account(args.accounts));
-            let (fk, tk) = (account_key(from), account_key(to));
-            let amount = rng.next() % 50 + 1;
-            let fb = balance(&state, &fk);
-            if from == to || fb < amount {
-                continue;
-            }
-            state.insert(&fk, &(fb - amount).to_le_bytes());
-            state.insert(&tk, &(balance(&state, &tk) + amount).to_le_bytes());
-        }
-        let root = state.root();
-        history.push(history_leaf(tid, v, &root));
-        let d = Digest {
-            tid,
-            version: v,
-            root,
-            history_len: history.len(),
-            history_root: history.root(),
-        };
-        println!(
-            "block {v:>3}  root {}  history {} entries, root {}",
-            short(&root.to_hex()),
-            d.history_len,
-            short(&d.history_root.to_hex())
-        );
-        digests.push((d, state.clone()));
-    }
-    let Some((latest, _)) = digests.last().cloned() else {
-        return Err("--blocks must be at least 1".into());
+    let tmp = match &a.data {
+        Some(_) => None,
+        None => Some(tempdir()?),
     };
+    let data = a
+        .data
+        .clone()
+        .or_else(|| tmp.clone())
+        .ok_or("no data directory")?;
+    let args = ServeArgs {
+        config: None,
+        data: Some(data.clone()),
+        listen: Some(a.listen.clone()),
+        token: None,
+        max_body_bytes: None,
+        page_cache_bytes: None,
+    };
+    let cfg = args.resolve()?;
+    let (tx, rx) = mpsc::channel();
+    let server = std::thread::spawn(move || {
+        serve(cfg, move |addr, tok, _| {
+            let _ = tx.send((addr, tok.to_string()));
+        })
+    });
+    let (addr, token) =
+        rx.recv_timeout(Duration::from_secs(30))
+            .map_err(|_| match server.is_finished() {
+                true => "the node did not start (is the address in use? try --listen 127.0.0.1:0)"
+                    .to_string(),
+                false => "the node did not start in time".to_string(),
+            })?;
+    let base = format!("http://{addr}");
+    println!("letus demo: a node on {base} over {}", data.display());
+    println!("  digests:      {base}/v1/digest");
+    println!(
+        "  a balance:    {base}/v1/tries/0/keys/{}   (acct/00000001, with its proof)",
+        hex(&account_key(1))
+    );
+    println!(
+        "  history:      {base}/v1/tries/0/keys/{}/history",
+        hex(&account_key(1))
+    );
+    println!("  metrics:      {base}/metrics      API description: {base}/openapi.json");
+    println!("  write token:  {token}");
+    println!("feeding a payment chain: {} accounts, {} transfers per block, 80% of them on 20% of the accounts (Ctrl-C to stop)", a.accounts, a.transfers);
 
-    println!(
-        "\n1. proof verification (what a wallet does): balance of acct/00000001 at version {}",
-        latest.version
-    );
-    let key = account_key(1);
-    let proof = state.prove(&[&key]);
-    let read = verify_proof(&latest.root, &key, state.get(&key), &proof, &limits)
-        .map_err(|e| e.to_string())?;
-    let bal = read
-        .value()
-        .and_then(|v| <[u8; 8]>::try_from(v).ok())
-        .map_or(0, u64::from_le_bytes);
-    println!(
-        "   verified: balance {bal}; proof {} bytes, {} levels",
-        proof.encoded_len(),
-        proof
-            .records
-            .iter()
-            .filter(|r| matches!(r, Record::Branch { .. }))
-            .count()
-    );
-    let forged = (bal + 1_000_000).to_le_bytes();
-    match verify_proof(&latest.root, &key, Some(&forged), &proof, &limits) {
-        Err(e) => println!(
-            "   a node that inflates the balance is caught: {} ({})",
-            e.code(),
-            e
-        ),
-        Ok(_) => return Err("a forged balance verified".into()),
-    }
-    let missing = b"acct/unknown";
-    let absent = state.prove(&[missing]);
-    let r =
-        verify_proof(&latest.root, missing, None, &absent, &limits).map_err(|e| e.to_string())?;
-    println!(
-        "   proven absent: {} ({} bytes)",
-        String::from_utf8_lossy(r.key()),
-        absent.encoded_len()
-    );
-
-    println!("\n2. multi-proof for a block's access list (what a light client does)");
-    let batch: Vec<Vec<u8>> = (0..20)
-        .map(|_| account_key(rng.account(args.accounts)))
-        .collect();
-    let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
-    let multi = state.prove(&refs);
-    let claims: Vec<Claim<'_>> = batch
-        .iter()
-        .map(|k| Claim {
-            key: k,
-            value: state.get(k),
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut rng = Rng(a.seed | 1);
+    let mut balances = vec![0u64; a.accounts as usize];
+    let post = |req: &BlockRequest| -> Result<DigestsResponse, String> {
+        let body = serde_json::to_string(req).map_err(|e| e.to_string())?;
+        let mut res = agent
+            .post(format!("{base}/v1/blocks"))
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .send(body.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let text = res.body_mut().read_to_string().map_err(|e| e.to_string())?;
+        if !res.status().is_success() {
+            return Err(format!("node answered {}: {text}", res.status()));
+        }
+        serde_json::from_str(&text).map_err(|e| e.to_string())
+    };
+    // Genesis: every account starts with 1000, in one block.
+    let genesis: Vec<WriteOp> = (0..a.accounts)
+        .map(|i| {
+            balances[i as usize] = 1000;
+            WriteOp {
+                tid: 0,
+                key: hex(&account_key(i)),
+                value: Some(hex(&1000u64.to_le_bytes())),
+            }
         })
         .collect();
-    let reads =
-        verify_multi_proof(&latest.root, &claims, &multi, &limits).map_err(|e| e.to_string())?;
-    let singles: usize = refs.iter().map(|k| state.prove(&[k]).encoded_len()).sum();
+    let r = post(&BlockRequest {
+        version: 1,
+        writes: genesis,
+        block: Some(hex(b"genesis")),
+        access_list: vec![],
+    })?;
     println!(
-        "   {} keys verified with one {}-byte proof ({} bytes as single proofs)",
-        reads.entries().len(),
-        multi.encoded_len(),
-        singles
+        "block     1  genesis  root {}",
+        &r.digests[0].root.to_hex()[..16]
     );
-
-    println!("\n3. digest verification (fork and rollback detection)");
-    let mut checker = DigestChecker::new();
-    let first = digests[0].0;
-    println!(
-        "   trusted checkpoint v{}: {}",
-        first.version,
-        checker.add_checkpoint(&first).code()
-    );
-    println!(
-        "   node-a reports v{}: {}",
-        latest.version,
-        checker.observe("node-a", &latest).code()
-    );
-    println!(
-        "   node-b reports v{}: {}",
-        latest.version,
-        checker.observe("node-b", &latest).code()
-    );
-    let mut evil = latest;
-    evil.root = letus_verify::hash::value_hash(b"a different state");
-    println!(
-        "   node-c reports another root for v{}: {}",
-        latest.version,
-        checker.observe("node-c", &evil).code()
-    );
-    if let Some((older, _)) = digests.get(digests.len().saturating_sub(2)) {
+    let mut version = 1u64;
+    loop {
+        if a.blocks.is_some_and(|n| version >= n) || server.is_finished() {
+            break;
+        }
+        let started = Instant::now();
+        version += 1;
+        let mut touched = std::collections::BTreeMap::new();
+        let mut txs = Vec::new();
+        for _ in 0..a.transfers {
+            let (from, to) = (rng.account(a.accounts), rng.account(a.accounts));
+            let amount = rng.next() % 50 + 1;
+            if from == to || balances[from as usize] < amount {
+                continue;
+            }
+            balances[from as usize] -= amount;
+            balances[to as usize] += amount;
+            touched.insert(from, balances[from as usize]);
+            touched.insert(to, balances[to as usize]);
+            txs.extend_from_slice(&from.to_le_bytes());
+            txs.extend_from_slice(&to.to_le_bytes());
+            txs.extend_from_slice(&amount.to_le_bytes());
+        }
+        let writes: Vec<WriteOp> = touched
+            .iter()
+            .map(|(i, b)| WriteOp {
+                tid: 0,
+                key: hex(&account_key(*i)),
+                value: Some(hex(&b.to_le_bytes())),
+            })
+            .collect();
+        let access_list = touched
+            .keys()
+            .map(|i| letus_node::api::AccessKey {
+                tid: 0,
+                key: hex(&account_key(*i)),
+            })
+            .collect();
+        let r = post(&BlockRequest {
+            version,
+            writes,
+            block: Some(hex(&txs)),
+            access_list,
+        })?;
         println!(
-            "   node-a goes back to v{}: {}",
-            older.version,
-            checker.observe("node-a", older).code()
+            "block {version:>5}  {:>4} accounts changed  root {}  history {}  ({} ms)",
+            touched.len(),
+            &r.digests[0].root.to_hex()[..16],
+            r.digests[0].history_len,
+            started.elapsed().as_millis()
         );
-        let proof = history
-            .consistency_proof(older.history_len, latest.history_len)
-            .ok_or("no consistency proof")?;
-        latest
-            .verify_extends(older, &proof)
-            .map_err(|e| e.to_string())?;
-        println!(
-            "   history v{} -> v{} is consistent ({} hashes)",
-            older.version,
-            latest.version,
-            proof.hashes.len()
-        );
-        let incl = history
-            .inclusion_proof(0, latest.history_len)
-            .ok_or("no inclusion proof")?;
-        latest
-            .verify_includes(first.version, &first.root, &incl)
-            .map_err(|e| e.to_string())?;
-        println!(
-            "   (v{}, root {}) is in the history of v{}",
-            first.version,
-            short(&first.root.to_hex()),
-            latest.version
-        );
+        std::thread::sleep(Duration::from_millis(a.interval_ms).saturating_sub(started.elapsed()));
     }
-
-    println!(
-        "\n4. full verification (what an auditor does): stream the export of version {}",
-        latest.version
-    );
-    let mut stream = ExportHeader {
-        tid,
-        version: latest.version,
-        root: latest.root,
+    if let Some(t) = tmp {
+        // The demo's own temporary store goes away with it.
+        let _ = std::fs::remove_dir_all(t);
     }
-    .encode();
-    for (k, v) in state.pairs() {
-        encode_record(k, v, &mut stream);
-    }
-    stream.extend_from_slice(&encode_trailer(state.len() as u64));
-    let mut reader = ExportReader::new(limits);
-    for chunk in stream.chunks(64 * 1024) {
-        reader.feed(chunk).map_err(|e| e.to_string())?;
-    }
-    let summary = reader.finish(&latest.root).map_err(|e| e.to_string())?;
-    println!(
-        "   {} pairs, {} bytes: root recomputed and equal",
-        summary.records, summary.bytes
-    );
-
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "\nEvery answer above was checked by letus-verify (SPEC.md). "
-    );
-    let _ = write!(
-        out,
-        "The persistent engine and the HTTP node come with letus-core and letus-node."
-    );
-    println!("{out}");
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
-fn short(hex: &str) -> &str {
-    hex.get(..16).unwrap_or(hex)
+fn tempdir() -> Result<std::path::PathBuf, String> {
+    let mut raw = [0u8; 8];
+    getrandom::fill(&mut raw).map_err(|e| e.to_string())?;
+    let p = std::env::temp_dir().join(format!("letus-demo-{}", hex(&raw)));
+    std::fs::create_dir_all(&p).map_err(|e| e.to_string())?;
+    Ok(p)
 }

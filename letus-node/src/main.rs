@@ -1,13 +1,13 @@
 //! `letus`: the letus command.
-//!
-//! Today it runs `letus demo`, which shows the verification layer at work on a simulated payment chain; the
-//! node (`serve`, the HTTP API, export/import) is built on `letus-core` by its own issue.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod client;
 mod demo;
+mod serve;
+mod tools;
 
 #[derive(Parser)]
 #[command(
@@ -22,17 +22,38 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Simulate a payment chain and show digests, proofs, fork detection and full verification at work.
+    /// Run a node over a data directory, serving the HTTP API.
+    Serve(serve::ServeArgs),
+    /// Start a node on a fresh store and feed it a simulated payment chain; prints the URLs to open.
     Demo(demo::DemoArgs),
+    /// Full verification for auditors: recompute the root of a version from the stored data.
+    Verify(tools::VerifyArgs),
+    /// Write the state export of one trie at one version (SPEC.md §9.2).
+    Export(tools::ExportArgs),
+    /// Seed a new store from a state export, after verifying it.
+    Import(tools::ImportArgs),
+    /// Read a value from a node and verify its proof.
+    Get(client::GetArgs),
+    /// Fetch a proof for one or more keys from a node and verify it.
+    Proof(client::ProofArgs),
+    /// Show a node's digests and check them against each other.
+    Digest(client::DigestArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo(args) => demo::run(&args),
+        Command::Serve(a) => serve::run(a),
+        Command::Demo(a) => demo::run(a),
+        Command::Verify(a) => tools::verify(a),
+        Command::Export(a) => tools::export(a),
+        Command::Import(a) => tools::import(a),
+        Command::Get(a) => client::get(a),
+        Command::Proof(a) => client::proof(a),
+        Command::Digest(a) => client::digest(a),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE

@@ -1,0 +1,182 @@
+//! Request and response bodies of the HTTP API, shared by the server, the client subcommands and the tests.
+//! Bytes are lowercase hex strings; versions are JSON numbers (decimal integers).
+
+use letus_verify::proof_json::ProofJson;
+use letus_verify::{ConsistencyProof, Digest, InclusionProof};
+use serde::{Deserialize, Serialize};
+
+/// One state change in a block.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteOp {
+    /// Trie id.
+    pub tid: u32,
+    /// Key (hex).
+    pub key: String,
+    /// New value (hex), or `null` to delete.
+    pub value: Option<String>,
+}
+
+/// A key to prefetch before applying a block.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessKey {
+    /// Trie id.
+    pub tid: u32,
+    /// Key (hex).
+    pub key: String,
+}
+
+/// `POST /v1/blocks`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockRequest {
+    /// Must be exactly the next version (any version >= 1 for the first block).
+    pub version: u64,
+    /// The block's state changes.
+    #[serde(default)]
+    pub writes: Vec<WriteOp>,
+    /// Raw block bytes for the block store (hex), optional.
+    #[serde(default)]
+    pub block: Option<String>,
+    /// Keys to load in parallel before applying the writes, optional.
+    #[serde(default)]
+    pub access_list: Vec<AccessKey>,
+}
+
+/// Response of `POST /v1/blocks` and of the digest routes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DigestsResponse {
+    /// The version.
+    pub version: u64,
+    /// One digest per trie.
+    pub digests: Vec<Digest>,
+}
+
+/// `GET /v1/tries/{tid}/keys/{key}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValueResponse {
+    /// Trie id.
+    pub tid: u32,
+    /// The version the value and proof are for.
+    pub version: u64,
+    /// Key (hex).
+    pub key: String,
+    /// Value (hex) or `null` when absent.
+    pub value: Option<String>,
+    /// Inclusion or exclusion proof (SPEC.md §5.5 JSON form).
+    pub proof: ProofJson,
+    /// The same proof in its binary form (hex).
+    pub proof_hex: String,
+    /// The digest of the trie at `version`: verify the proof against `digest.root`.
+    pub digest: Digest,
+}
+
+/// `POST /v1/tries/{tid}/proofs` request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MultiProofRequest {
+    /// Keys (hex).
+    pub keys: Vec<String>,
+    /// Version (default: latest).
+    #[serde(default)]
+    pub version: Option<u64>,
+}
+
+/// `POST /v1/tries/{tid}/proofs` response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MultiProofResponse {
+    /// Trie id.
+    pub tid: u32,
+    /// Version.
+    pub version: u64,
+    /// Keys (hex), in request order.
+    pub keys: Vec<String>,
+    /// Values (hex or null), in request order.
+    pub values: Vec<Option<String>>,
+    /// One multi-proof for all keys.
+    pub proof: ProofJson,
+    /// Binary form (hex).
+    pub proof_hex: String,
+    /// Digest at `version`.
+    pub digest: Digest,
+}
+
+/// One entry of a key's history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryItem {
+    /// Version that wrote it.
+    pub version: u64,
+    /// Value (hex) or null for a delete.
+    pub value: Option<String>,
+    /// With `?proofs=true`: the proof of this value at `version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof_hex: Option<String>,
+    /// With `?proofs=true`: the digest at `version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<Digest>,
+}
+
+/// `GET /v1/tries/{tid}/keys/{key}/history`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryResponse {
+    /// Trie id.
+    pub tid: u32,
+    /// Key (hex).
+    pub key: String,
+    /// Newest first.
+    pub entries: Vec<HistoryItem>,
+}
+
+/// `GET /v1/blocks/{version}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockResponse {
+    /// Version.
+    pub version: u64,
+    /// Raw block bytes (hex).
+    pub block: String,
+}
+
+/// `GET /v1/digest/consistency`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsistencyResponse {
+    /// Trie id.
+    pub tid: u32,
+    /// Digest at `from`.
+    pub from: Digest,
+    /// Digest at `to`.
+    pub to: Digest,
+    /// Proof that `from`'s history is a prefix of `to`'s (SPEC.md §8.3).
+    pub proof: ConsistencyProof,
+    /// Binary form (hex).
+    pub proof_hex: String,
+}
+
+/// `GET /v1/digest/inclusion`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InclusionResponse {
+    /// Trie id.
+    pub tid: u32,
+    /// The entry's version.
+    pub version: u64,
+    /// The digest whose history includes it.
+    pub at: Digest,
+    /// The root at `version`.
+    pub root: letus_verify::Hash,
+    /// Proof (SPEC.md §8.2).
+    pub proof: InclusionProof,
+    /// Binary form (hex).
+    pub proof_hex: String,
+}
+
+/// Every error: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// A stable code and a human message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// Stable error code.
+    pub code: String,
+    /// Human-readable message.
+    pub message: String,
+}

@@ -1,0 +1,136 @@
+//! The one error type of the HTTP API: typed variants mapped to a status code and a stable error code, always
+//! rendered as `{"error": {"code", "message"}}`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::api::{ErrorBody, ErrorDetail};
+
+/// An API error.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ApiError {
+    /// A hex field does not decode.
+    BadHex(String),
+    /// The body is not the expected JSON, or a parameter is malformed.
+    BadRequest(String),
+    /// The body is larger than the configured limit.
+    PayloadTooLarge(usize),
+    /// A key or value above the store's limits, or too many keys.
+    TooLarge(String),
+    /// No or wrong bearer token on a write.
+    Unauthorized,
+    /// The trie does not exist at that version.
+    UnknownTrie(u32),
+    /// The version was never written.
+    VersionNotFound(u64),
+    /// Nothing has been written yet.
+    Empty,
+    /// The HTTP method is not allowed on this route.
+    MethodNotAllowed,
+    /// No block stored at that version.
+    BlockNotFound(u64),
+    /// No such route.
+    NotFound,
+    /// A different block was already written at this version.
+    Conflict(u64),
+    /// The version is not the next one.
+    NotNext {
+        /// What was sent.
+        got: u64,
+        /// What is expected.
+        expected: u64,
+    },
+    /// The store refuses writes after an I/O failure; restart the node.
+    Unavailable(String),
+    /// Anything else (I/O, corruption): logged, reported without details that could leak paths.
+    Internal(String),
+}
+
+impl ApiError {
+    /// Status and stable code.
+    pub fn parts(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::BadHex(_) => (StatusCode::BAD_REQUEST, "bad_hex"),
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::UnknownTrie(_) => (StatusCode::NOT_FOUND, "unknown_trie"),
+            ApiError::VersionNotFound(_) | ApiError::Empty => {
+                (StatusCode::NOT_FOUND, "version_not_found")
+            }
+            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::BlockNotFound(_) => (StatusCode::NOT_FOUND, "block_not_found"),
+            ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "version_conflict"),
+            ApiError::NotNext { .. } => (StatusCode::CONFLICT, "version_not_next"),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            ApiError::BadHex(f) => format!("{f} is not valid hex"),
+            ApiError::BadRequest(m) | ApiError::TooLarge(m) => m.clone(),
+            ApiError::PayloadTooLarge(limit) => {
+                format!("request body above the limit of {limit} bytes")
+            }
+            ApiError::Unauthorized => {
+                "writes need the header `Authorization: Bearer <token>`".into()
+            }
+            ApiError::UnknownTrie(t) => format!("trie {t} does not exist at that version"),
+            ApiError::VersionNotFound(v) => format!("version {v} was never written"),
+            ApiError::Empty => "nothing has been written yet".into(),
+            ApiError::MethodNotAllowed => "method not allowed on this route".into(),
+            ApiError::BlockNotFound(v) => format!("no block stored at version {v}"),
+            ApiError::NotFound => "no such route".into(),
+            ApiError::Conflict(v) => {
+                format!("a different block was already written at version {v}")
+            }
+            ApiError::NotNext { got, expected } => {
+                format!("version {got} is not the next version {expected}")
+            }
+            ApiError::Unavailable(m) => format!("the store refuses writes until restarted: {m}"),
+            ApiError::Internal(_) => "internal error (see the node's log)".into(),
+        }
+    }
+}
+
+impl From<letus_core::Error> for ApiError {
+    fn from(e: letus_core::Error) -> Self {
+        use letus_core::Error as E;
+        match e {
+            E::UnknownTrie(t) => ApiError::UnknownTrie(t),
+            E::VersionNotFound(v) => ApiError::VersionNotFound(v),
+            E::TooLarge { what, size, limit } => ApiError::TooLarge(format!(
+                "{what} of {size} bytes is above the limit of {limit}"
+            )),
+            E::Poisoned => ApiError::Unavailable(e.to_string()),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.parts();
+        if let ApiError::Internal(detail) = &self {
+            tracing::error!(%detail, "internal error");
+        }
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: code.into(),
+                message: self.message(),
+            },
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+/// Decodes a hex field, naming it in the error.
+pub fn hex_field(s: &str, field: &str) -> Result<Vec<u8>, ApiError> {
+    letus_verify::hex::decode(s).ok_or_else(|| ApiError::BadHex(field.into()))
+}

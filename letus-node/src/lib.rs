@@ -1,0 +1,9 @@
+//! `letus-node`: the letus store as a service — HTTP API, block store, and the `letus` command's subcommands.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod blockstore;
+pub mod error;
+pub mod metrics;
+pub mod node;
+pub mod server;

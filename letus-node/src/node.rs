@@ -1,0 +1,487 @@
+//! The node: one letus store and one block store, and the operations the HTTP API exposes, as plain blocking
+//! functions (the server runs them on tokio's blocking pool).
+
+use std::path::Path;
+use std::sync::{Mutex, RwLock};
+
+use letus_core::{Options, Store};
+use letus_verify::hex::encode as hex;
+use letus_verify::{Digest, KeyPath, Version};
+
+use crate::api::*;
+use crate::blockstore::{BlockStore, BlockStoreOptions};
+use crate::error::{hex_field, ApiError};
+
+/// Limits on what a client may ask for.
+#[derive(Clone, Debug)]
+pub struct NodeLimits {
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Most keys in one multi-proof request.
+    pub max_proof_keys: usize,
+    /// Most writes in one block.
+    pub max_block_writes: usize,
+    /// Most history entries returned.
+    pub max_history: usize,
+}
+
+impl Default for NodeLimits {
+    fn default() -> Self {
+        NodeLimits {
+            max_body_bytes: 32 << 20,
+            max_proof_keys: 1_000,
+            max_block_writes: 100_000,
+            max_history: 1_000,
+        }
+    }
+}
+
+/// A running node's state.
+pub struct Node {
+    store: RwLock<Store>,
+    blocks: Mutex<BlockStore>,
+    /// The bearer token writes must carry.
+    pub token: String,
+    /// Request limits.
+    pub limits: NodeLimits,
+}
+
+fn lock_err<T>(_: T) -> ApiError {
+    ApiError::Internal("a lock was poisoned by a panic".into())
+}
+
+/// The fingerprint of a block request, stored with the block so that a repeated POST can be told from a
+/// different block for the same version.
+fn request_hash(
+    version: Version,
+    writes: &[(u32, Vec<u8>, Option<Vec<u8>>)],
+    block: &[u8],
+) -> [u8; 32] {
+    let mut h = Vec::new();
+    h.extend_from_slice(&version.to_le_bytes());
+    h.extend_from_slice(&(writes.len() as u64).to_le_bytes());
+    for (tid, k, v) in writes {
+        h.extend_from_slice(&tid.to_le_bytes());
+        h.extend_from_slice(&(k.len() as u64).to_le_bytes());
+        h.extend_from_slice(k);
+        match v {
+            Some(v) => {
+                h.push(1);
+                h.extend_from_slice(&(v.len() as u64).to_le_bytes());
+                h.extend_from_slice(v);
+            }
+            None => h.push(0),
+        }
+    }
+    h.extend_from_slice(&(block.len() as u64).to_le_bytes());
+    h.extend_from_slice(block);
+    letus_verify::hash::value_hash(&h).0
+}
+
+impl Node {
+    /// Opens the store and the block store under `data`, dropping blocks whose state commit never happened.
+    pub fn open(
+        data: &Path,
+        opts: Options,
+        token: String,
+        limits: NodeLimits,
+    ) -> Result<Node, letus_core::Error> {
+        let store = Store::open(data.join("state"), opts)?;
+        let mut blocks = BlockStore::open(&data.join("blocks"), BlockStoreOptions::default())?;
+        // The block is appended before its state commit; a crash in between leaves a block without state.
+        blocks.truncate_after(store.latest_version().unwrap_or(0))?;
+        Ok(Node {
+            store: RwLock::new(store),
+            blocks: Mutex::new(blocks),
+            token,
+            limits,
+        })
+    }
+
+    /// Flushes and closes the store (graceful shutdown).
+    pub fn close(self) -> Result<(), letus_core::Error> {
+        let store = self
+            .store
+            .into_inner()
+            .map_err(|_| letus_core::Error::Poisoned)?;
+        store.close()
+    }
+
+    /// Writes one block (SPEC of `POST /v1/blocks` in the README).
+    pub fn write_block(&self, req: BlockRequest) -> Result<DigestsResponse, ApiError> {
+        if req.writes.len() > self.limits.max_block_writes {
+            return Err(ApiError::TooLarge(format!(
+                "{} writes; at most {} per block",
+                req.writes.len(),
+                self.limits.max_block_writes
+            )));
+        }
+        let mut writes = Vec::with_capacity(req.writes.len());
+        for (i, w) in req.writes.iter().enumerate() {
+            let key = hex_field(&w.key, &format!("writes[{i}].key"))?;
+            let value = w
+                .value
+                .as_deref()
+                .map(|v| hex_field(v, &format!("writes[{i}].value")))
+                .transpose()?;
+            writes.push((w.tid, key, value));
+        }
+        let block = req
+            .block
+            .as_deref()
+            .map(|b| hex_field(b, "block"))
+            .transpose()?
+            .unwrap_or_default();
+        let mut access = Vec::with_capacity(req.access_list.len());
+        for (i, a) in req.access_list.iter().enumerate() {
+            access.push((a.tid, hex_field(&a.key, &format!("access_list[{i}].key"))?));
+        }
+        let fingerprint = request_hash(req.version, &writes, &block);
+
+        let mut store = self.store.write().map_err(lock_err)?;
+        let latest = store.latest_version();
+        if let Some(latest) = latest {
+            if req.version <= latest {
+                let blocks = self.blocks.lock().map_err(lock_err)?;
+                let stored = blocks.get(req.version)?;
+                return match stored {
+                    Some(b) if b.request_hash == fingerprint => Ok(DigestsResponse {
+                        version: req.version,
+                        digests: digests_at(&store, req.version)?,
+                    }),
+                    Some(_) => Err(ApiError::Conflict(req.version)),
+                    None if store.versions().binary_search(&req.version).is_ok() => {
+                        Err(ApiError::Conflict(req.version))
+                    }
+                    None => Err(ApiError::NotNext {
+                        got: req.version,
+                        expected: latest + 1,
+                    }),
+                };
+            }
+            if req.version != latest + 1 {
+                return Err(ApiError::NotNext {
+                    got: req.version,
+                    expected: latest + 1,
+                });
+            }
+        } else if req.version == 0 {
+            return Err(ApiError::BadRequest("versions start at 1".into()));
+        }
+        // Prefetch the access list: pages and values load in parallel, so applying the writes finds them cached.
+        if let Some(v) = latest {
+            let mut by_tid: std::collections::BTreeMap<u32, Vec<&[u8]>> = Default::default();
+            for (tid, k) in &access {
+                by_tid.entry(*tid).or_default().push(k);
+            }
+            for (tid, keys) in by_tid {
+                match store.get_many(tid, v, &keys) {
+                    Ok(_) | Err(letus_core::Error::UnknownTrie(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        for (tid, k, v) in &writes {
+            match v {
+                Some(v) => store.put(*tid, k, v),
+                None => store.delete(*tid, k),
+            }
+            .inspect_err(|_| store.discard_staged())?;
+        }
+        // The block first (fsynced), then the state commit: a crash in between leaves a block that open() drops.
+        {
+            let mut blocks = self.blocks.lock().map_err(lock_err)?;
+            blocks
+                .append(req.version, fingerprint, &block)
+                .inspect_err(|_| store.discard_staged())?;
+        }
+        match store.commit(req.version) {
+            Ok(digests) => Ok(DigestsResponse {
+                version: req.version,
+                digests,
+            }),
+            Err(e) => {
+                if let Ok(mut blocks) = self.blocks.lock() {
+                    let _ = blocks.truncate_after(latest.unwrap_or(0));
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The latest version, or `version_not_found` for an empty node.
+    pub fn latest(&self) -> Result<Version, ApiError> {
+        self.store
+            .read()
+            .map_err(lock_err)?
+            .latest_version()
+            .ok_or(ApiError::Empty)
+    }
+
+    /// Digests of every trie at `version` (default latest).
+    pub fn digests(&self, version: Option<Version>) -> Result<DigestsResponse, ApiError> {
+        let store = self.store.read().map_err(lock_err)?;
+        let v = match version {
+            Some(v) => v,
+            None => store.latest_version().ok_or(ApiError::Empty)?,
+        };
+        if store.versions().binary_search(&v).is_err() {
+            return Err(ApiError::VersionNotFound(v));
+        }
+        Ok(DigestsResponse {
+            version: v,
+            digests: digests_at(&store, v)?,
+        })
+    }
+
+    fn resolve(store: &Store, version: Option<Version>) -> Result<Version, ApiError> {
+        let latest = store.latest_version().ok_or(ApiError::Empty)?;
+        match version {
+            None => Ok(latest),
+            Some(v) if store.versions().binary_search(&v).is_ok() => Ok(v),
+            Some(v) => Err(ApiError::VersionNotFound(v)),
+        }
+    }
+
+    /// A value and its proof.
+    pub fn value(
+        &self,
+        tid: u32,
+        key_hex: &str,
+        version: Option<Version>,
+    ) -> Result<ValueResponse, ApiError> {
+        let key = hex_field(key_hex, "key")?;
+        let store = self.store.read().map_err(lock_err)?;
+        let v = Self::resolve(&store, version)?;
+        let digest = trie_digest(&store, tid, v)?;
+        let (value, proof) = store.get_proof(tid, v, &key)?;
+        Ok(ValueResponse {
+            tid,
+            version: v,
+            key: hex(&key),
+            value: value.as_deref().map(hex),
+            proof_hex: hex(&proof.encode()),
+            proof: proof.to_json_value(),
+            digest,
+        })
+    }
+
+    /// A batch multi-proof.
+    pub fn multi_proof(
+        &self,
+        tid: u32,
+        req: MultiProofRequest,
+    ) -> Result<MultiProofResponse, ApiError> {
+        if req.keys.is_empty() {
+            return Err(ApiError::BadRequest("`keys` is empty".into()));
+        }
+        if req.keys.len() > self.limits.max_proof_keys {
+            return Err(ApiError::TooLarge(format!(
+                "{} keys; a multi-proof takes 1 to {}",
+                req.keys.len(),
+                self.limits.max_proof_keys
+            )));
+        }
+        let keys: Vec<Vec<u8>> = req
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| hex_field(k, &format!("keys[{i}]")))
+            .collect::<Result<_, _>>()?;
+        let mut seen: Vec<KeyPath> = keys.iter().map(|k| KeyPath::of(k)).collect();
+        seen.sort();
+        if seen.windows(2).any(|w| w[0] == w[1]) {
+            return Err(ApiError::BadRequest("the same key appears twice".into()));
+        }
+        let store = self.store.read().map_err(lock_err)?;
+        let v = Self::resolve(&store, req.version)?;
+        let digest = trie_digest(&store, tid, v)?;
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let (values, proof) = store.get_multi_proof(tid, v, &refs)?;
+        Ok(MultiProofResponse {
+            tid,
+            version: v,
+            keys: keys.iter().map(|k| hex(k)).collect(),
+            values: values.iter().map(|x| x.as_deref().map(hex)).collect(),
+            proof_hex: hex(&proof.encode()),
+            proof: proof.to_json_value(),
+            digest,
+        })
+    }
+
+    /// A key's history, newest first, optionally with a proof for each entry.
+    pub fn history(
+        &self,
+        tid: u32,
+        key_hex: &str,
+        proofs: bool,
+        limit: Option<usize>,
+    ) -> Result<HistoryResponse, ApiError> {
+        let key = hex_field(key_hex, "key")?;
+        let limit = limit
+            .unwrap_or(self.limits.max_history)
+            .min(self.limits.max_history);
+        let store = self.store.read().map_err(lock_err)?;
+        if !store.tries().contains(&tid) {
+            return Err(ApiError::UnknownTrie(tid));
+        }
+        let mut entries = Vec::new();
+        for h in store.history(tid, &key, limit)? {
+            let (proof_hex, digest) = if proofs {
+                let (_, p) = store.get_proof(tid, h.version, &key)?;
+                (Some(hex(&p.encode())), Some(store.digest(tid, h.version)?))
+            } else {
+                (None, None)
+            };
+            entries.push(HistoryItem {
+                version: h.version,
+                value: h.value.as_deref().map(hex),
+                proof_hex,
+                digest,
+            });
+        }
+        Ok(HistoryResponse {
+            tid,
+            key: hex(&key),
+            entries,
+        })
+    }
+
+    /// The stored raw block.
+    pub fn block(&self, version: Version) -> Result<BlockResponse, ApiError> {
+        let blocks = self.blocks.lock().map_err(lock_err)?;
+        match blocks.get(version)? {
+            Some(b) => Ok(BlockResponse {
+                version,
+                block: hex(&b.block),
+            }),
+            None => Err(ApiError::BlockNotFound(version)),
+        }
+    }
+
+    /// History consistency proof between two versions of a trie.
+    pub fn consistency(
+        &self,
+        tid: u32,
+        from: Version,
+        to: Version,
+    ) -> Result<ConsistencyResponse, ApiError> {
+        if from > to {
+            return Err(ApiError::BadRequest("`from` must not be above `to`".into()));
+        }
+        let store = self.store.read().map_err(lock_err)?;
+        let proof = store.history_consistency_proof(tid, from, to)?;
+        Ok(ConsistencyResponse {
+            tid,
+            from: store.digest(tid, from)?,
+            to: store.digest(tid, to)?,
+            proof_hex: proof
+                .encode()
+                .map(|b| hex(&b))
+                .map_err(|e| ApiError::Internal(e.to_string()))?,
+            proof,
+        })
+    }
+
+    /// History inclusion proof: (version, root) is in the history at `at`.
+    pub fn inclusion(
+        &self,
+        tid: u32,
+        version: Version,
+        at: Version,
+    ) -> Result<InclusionResponse, ApiError> {
+        if version > at {
+            return Err(ApiError::BadRequest(
+                "`version` must not be above `at`".into(),
+            ));
+        }
+        let store = self.store.read().map_err(lock_err)?;
+        let proof = store.history_inclusion_proof(tid, version, at)?;
+        let proof_hex = proof
+            .encode()
+            .map(|b| hex(&b))
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok(InclusionResponse {
+            tid,
+            version,
+            at: store.digest(tid, at)?,
+            root: store.digest(tid, version)?.root,
+            proof,
+            proof_hex,
+        })
+    }
+
+    /// Streams the state export of `tid` at `version` into `sink`, in chunks.
+    pub fn export(
+        &self,
+        tid: u32,
+        version: Option<Version>,
+        mut sink: impl FnMut(Vec<u8>) -> bool,
+    ) -> Result<u64, ApiError> {
+        use letus_verify::export::{encode_record, encode_trailer, ExportHeader};
+        let store = self.store.read().map_err(lock_err)?;
+        let v = Self::resolve(&store, version)?;
+        let root = trie_digest(&store, tid, v)?.root;
+        let mut buf = ExportHeader {
+            tid,
+            version: v,
+            root,
+        }
+        .encode();
+        let n = store.for_each_pair(tid, v, |k, val| {
+            encode_record(k, val, &mut buf);
+            if buf.len() >= 64 * 1024 && !sink(std::mem::take(&mut buf)) {
+                // The client went away.
+                return Err(letus_core::Error::Poisoned);
+            }
+            Ok(())
+        });
+        let n = match n {
+            Ok(n) => n,
+            Err(letus_core::Error::Poisoned) => return Ok(0),
+            Err(e) => return Err(e.into()),
+        };
+        buf.extend_from_slice(&encode_trailer(n));
+        sink(buf);
+        Ok(n)
+    }
+
+    /// Engine counters and sizes for `/metrics`.
+    pub fn stats(
+        &self,
+    ) -> Result<(letus_core::metrics::Snapshot, u64, u64, Option<Version>), ApiError> {
+        let store = self.store.read().map_err(lock_err)?;
+        let blocks = self.blocks.lock().map_err(lock_err)?;
+        Ok((
+            store.metrics(),
+            store.disk_bytes(),
+            blocks.disk_bytes(),
+            store.latest_version(),
+        ))
+    }
+}
+
+/// The digest of `tid` at an existing version `v`; a trie that did not exist yet at `v` is `unknown_trie`.
+fn trie_digest(store: &Store, tid: u32, v: Version) -> Result<Digest, ApiError> {
+    match store.digest(tid, v) {
+        Ok(d) => Ok(d),
+        Err(letus_core::Error::VersionNotFound(_)) | Err(letus_core::Error::UnknownTrie(_)) => {
+            Err(ApiError::UnknownTrie(tid))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn digests_at(store: &Store, v: Version) -> Result<Vec<Digest>, ApiError> {
+    let mut out = Vec::new();
+    for tid in store.tries() {
+        match store.digest(tid, v) {
+            Ok(d) => out.push(d),
+            // A trie created after `v` has no digest there.
+            Err(letus_core::Error::VersionNotFound(_)) | Err(letus_core::Error::UnknownTrie(_)) => {
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
+}

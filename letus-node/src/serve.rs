@@ -1,0 +1,202 @@
+//! `letus serve`: configuration (TOML file < environment < flags), the token, and the server's lifetime with a
+//! graceful shutdown that flushes the store.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use letus_core::Options;
+use letus_node::metrics::Metrics;
+use letus_node::node::{Node, NodeLimits};
+use letus_node::server::{app, AppState};
+use serde::Deserialize;
+
+/// Options of `letus serve`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// TOML configuration file (keys: data, listen, token, max_body_bytes, page_cache_bytes, max_proof_keys).
+    #[arg(long, env = "LETUS_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Data directory.
+    #[arg(long, env = "LETUS_DATA")]
+    pub data: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, env = "LETUS_LISTEN")]
+    pub listen: Option<String>,
+    /// Bearer token required for writes (default: read from DATA/token, or generated and printed at first start).
+    #[arg(long, env = "LETUS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Largest request body in bytes.
+    #[arg(long, env = "LETUS_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Page cache size in bytes.
+    #[arg(long, env = "LETUS_PAGE_CACHE_BYTES")]
+    pub page_cache_bytes: Option<u64>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data: Option<PathBuf>,
+    listen: Option<String>,
+    token: Option<String>,
+    max_body_bytes: Option<usize>,
+    page_cache_bytes: Option<u64>,
+    max_proof_keys: Option<usize>,
+}
+
+/// The resolved configuration.
+pub struct Config {
+    pub data: PathBuf,
+    pub listen: SocketAddr,
+    pub token: Option<String>,
+    pub limits: NodeLimits,
+    pub options: Options,
+}
+
+impl ServeArgs {
+    /// Flags and environment over the file over the defaults.
+    pub fn resolve(&self) -> Result<Config, String> {
+        let file: FileConfig = match &self.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+                toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
+            }
+            None => FileConfig::default(),
+        };
+        let listen = self
+            .listen
+            .clone()
+            .or(file.listen)
+            .unwrap_or_else(|| "127.0.0.1:7878".into());
+        let mut limits = NodeLimits::default();
+        if let Some(b) = self.max_body_bytes.or(file.max_body_bytes) {
+            limits.max_body_bytes = b;
+        }
+        if let Some(k) = file.max_proof_keys {
+            limits.max_proof_keys = k;
+        }
+        let mut options = Options::default();
+        if let Some(c) = self.page_cache_bytes.or(file.page_cache_bytes) {
+            options.page_cache_bytes = c;
+        }
+        Ok(Config {
+            data: self
+                .data
+                .clone()
+                .or(file.data)
+                .unwrap_or_else(|| "letus-data".into()),
+            listen: listen
+                .parse()
+                .map_err(|e| format!("listen address `{listen}`: {e}"))?,
+            token: self.token.clone().or(file.token),
+            limits,
+            options,
+        })
+    }
+}
+
+/// The write token: configured, or kept in DATA/token (created with mode 0600 at first start).
+pub fn token(data: &Path, configured: Option<String>) -> Result<(String, bool), String> {
+    if let Some(t) = configured {
+        return Ok((t, false));
+    }
+    let path = data.join("token");
+    if let Ok(t) = std::fs::read_to_string(&path) {
+        return Ok((t.trim().to_string(), false));
+    }
+    let mut raw = [0u8; 24];
+    getrandom::fill(&mut raw).map_err(|e| format!("no randomness for a token: {e}"))?;
+    let t = letus_verify::hex::encode(&raw);
+    std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    f.write_all(t.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((t, true))
+}
+
+/// Opens the node and serves until SIGINT/SIGTERM; `ready` is called with the bound address and the token.
+pub fn serve(
+    cfg: Config,
+    ready: impl FnOnce(SocketAddr, &str, bool) + Send + 'static,
+) -> Result<(), String> {
+    let (tok, generated) = token(&cfg.data, cfg.token.clone())?;
+    let node = Node::open(
+        &cfg.data,
+        cfg.options.clone(),
+        tok.clone(),
+        cfg.limits.clone(),
+    )
+    .map_err(|e| e.to_string())?;
+    let node = Arc::new(node);
+    let state = AppState {
+        node: node.clone(),
+        metrics: Arc::new(Metrics::new()),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        ready(addr, &tok, generated);
+        axum::serve(listener, app(state))
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .map_err(|e| e.to_string())
+    })?;
+    drop(rt);
+    // Every acknowledged block is already durable; closing flushes the page index so the next start is quick.
+    match Arc::try_unwrap(node) {
+        Ok(node) => node.close().map_err(|e| e.to_string()),
+        Err(_) => Ok(()),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            s.recv().await;
+        }
+    };
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutting down");
+}
+
+pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = args.resolve()?;
+    let data = cfg.data.clone();
+    serve(cfg, move |addr, tok, generated| {
+        println!("letus node on http://{addr} (data: {})", data.display());
+        if generated {
+            println!(
+                "write token (saved in {}): {tok}",
+                data.join("token").display()
+            );
+        }
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

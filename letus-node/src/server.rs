@@ -1,0 +1,337 @@
+//! The HTTP API: `app(node) -> Router`, testable in process with `tower::ServiceExt::oneshot`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use crate::api::*;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::node::Node;
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+pub struct AppState {
+    /// The node.
+    pub node: Arc<Node>,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// The OpenAPI document, checked into the repository.
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
+/// The API router.
+pub fn app(state: AppState) -> Router {
+    let limit = state.node.limits.max_body_bytes;
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
+        .route(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        )
+        .route("/v1/blocks", post(write_block))
+        .route("/v1/blocks/{version}", get(block))
+        .route("/v1/digest", get(digest_latest))
+        .route("/v1/digest/consistency", get(consistency))
+        .route("/v1/digest/inclusion", get(inclusion))
+        .route("/v1/digest/{version}", get(digest_at))
+        .route("/v1/tries/{tid}/keys/{key}", get(value))
+        .route("/v1/tries/{tid}/keys/{key}/history", get(history))
+        .route("/v1/tries/{tid}/proofs", post(multi_proof))
+        .route("/v1/tries/{tid}/export", get(export))
+        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(state.clone(), track))
+        .with_state(state)
+}
+
+/// Counts requests and their latency per route.
+async fn track(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched".to_string(), |p| p.as_str().to_string());
+    let started = Instant::now();
+    let res = next.run(req).await;
+    s.metrics
+        .observe_request(&route, res.status().as_u16(), started.elapsed());
+    res
+}
+
+/// Runs blocking store work off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+}
+
+fn parse_json<T: for<'de> Deserialize<'de>>(
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge(limit)
+        } else {
+            ApiError::BadRequest(e.body_text())
+        }
+    })?;
+    serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+fn tid_param(s: &str) -> Result<u32, ApiError> {
+    s.parse()
+        .map_err(|_| ApiError::BadRequest(format!("trie id `{s}` is not a u32")))
+}
+
+fn version_param(s: &str) -> Result<u64, ApiError> {
+    s.parse()
+        .map_err(|_| ApiError::BadRequest(format!("version `{s}` is not a decimal u64")))
+}
+
+/// Constant-time comparison of the presented token with the configured one.
+fn authorized(headers: &HeaderMap, token: &str) -> bool {
+    let Some(given) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    let (a, b) = (given.as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn write_block(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<DigestsResponse>, ApiError> {
+    if !authorized(&headers, &s.node.token) {
+        return Err(ApiError::Unauthorized);
+    }
+    let req: BlockRequest = parse_json(body, s.node.limits.max_body_bytes)?;
+    let node = s.node.clone();
+    let started = Instant::now();
+    let r = blocking(move || node.write_block(req)).await?;
+    s.metrics.observe_commit(started.elapsed());
+    Ok(Json(r))
+}
+
+#[derive(Deserialize)]
+struct VersionQuery {
+    version: Option<String>,
+}
+
+impl VersionQuery {
+    fn get(&self) -> Result<Option<u64>, ApiError> {
+        self.version.as_deref().map(version_param).transpose()
+    }
+}
+
+async fn digest_latest(State(s): State<AppState>) -> Result<Json<DigestsResponse>, ApiError> {
+    let node = s.node.clone();
+    Ok(Json(blocking(move || node.digests(None)).await?))
+}
+
+async fn digest_at(
+    State(s): State<AppState>,
+    Path(version): Path<String>,
+) -> Result<Json<DigestsResponse>, ApiError> {
+    let v = version_param(&version)?;
+    let node = s.node.clone();
+    Ok(Json(blocking(move || node.digests(Some(v))).await?))
+}
+
+#[derive(Deserialize)]
+struct RangeQuery {
+    from: Option<String>,
+    to: Option<String>,
+    tid: Option<String>,
+}
+
+async fn consistency(
+    State(s): State<AppState>,
+    q: Result<Query<RangeQuery>, QueryRejection>,
+) -> Result<Json<ConsistencyResponse>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let from = version_param(
+        q.from
+            .as_deref()
+            .ok_or_else(|| ApiError::BadRequest("`from` is required".into()))?,
+    )?;
+    let node = s.node.clone();
+    let to = match q.to.as_deref() {
+        Some(t) => version_param(t)?,
+        None => {
+            let n = node.clone();
+            blocking(move || n.latest()).await?
+        }
+    };
+    let tid = q.tid.as_deref().map(tid_param).transpose()?.unwrap_or(0);
+    Ok(Json(
+        blocking(move || node.consistency(tid, from, to)).await?,
+    ))
+}
+
+#[derive(Deserialize)]
+struct InclusionQuery {
+    version: Option<String>,
+    at: Option<String>,
+    tid: Option<String>,
+}
+
+async fn inclusion(
+    State(s): State<AppState>,
+    q: Result<Query<InclusionQuery>, QueryRejection>,
+) -> Result<Json<InclusionResponse>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let version = version_param(
+        q.version
+            .as_deref()
+            .ok_or_else(|| ApiError::BadRequest("`version` is required".into()))?,
+    )?;
+    let node = s.node.clone();
+    let at = match q.at.as_deref() {
+        Some(t) => version_param(t)?,
+        None => {
+            let n = node.clone();
+            blocking(move || n.latest()).await?
+        }
+    };
+    let tid = q.tid.as_deref().map(tid_param).transpose()?.unwrap_or(0);
+    Ok(Json(
+        blocking(move || node.inclusion(tid, version, at)).await?,
+    ))
+}
+
+async fn value(
+    State(s): State<AppState>,
+    Path((tid, key)): Path<(String, String)>,
+    q: Result<Query<VersionQuery>, QueryRejection>,
+) -> Result<Json<ValueResponse>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let tid = tid_param(&tid)?;
+    let v = q.get()?;
+    let node = s.node.clone();
+    Ok(Json(blocking(move || node.value(tid, &key, v)).await?))
+}
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    proofs: Option<String>,
+    limit: Option<String>,
+}
+
+async fn history(
+    State(s): State<AppState>,
+    Path((tid, key)): Path<(String, String)>,
+    q: Result<Query<HistoryQuery>, QueryRejection>,
+) -> Result<Json<HistoryResponse>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let tid = tid_param(&tid)?;
+    let proofs = match q.proofs.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "proofs=`{other}`: use true or false"
+            )))
+        }
+    };
+    let limit = q
+        .limit
+        .as_deref()
+        .map(|l| {
+            l.parse::<usize>()
+                .map_err(|_| ApiError::BadRequest(format!("limit=`{l}` is not a count")))
+        })
+        .transpose()?;
+    let node = s.node.clone();
+    Ok(Json(
+        blocking(move || node.history(tid, &key, proofs, limit)).await?,
+    ))
+}
+
+async fn multi_proof(
+    State(s): State<AppState>,
+    Path(tid): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<MultiProofResponse>, ApiError> {
+    let tid = tid_param(&tid)?;
+    let req: MultiProofRequest = parse_json(body, s.node.limits.max_body_bytes)?;
+    let node = s.node.clone();
+    Ok(Json(blocking(move || node.multi_proof(tid, req)).await?))
+}
+
+async fn block(
+    State(s): State<AppState>,
+    Path(version): Path<String>,
+) -> Result<Json<BlockResponse>, ApiError> {
+    let v = version_param(&version)?;
+    let node = s.node.clone();
+    Ok(Json(blocking(move || node.block(v)).await?))
+}
+
+async fn export(
+    State(s): State<AppState>,
+    Path(tid): Path<String>,
+    q: Result<Query<VersionQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let tid = tid_param(&tid)?;
+    let v = q.get()?;
+    // Check the request before the 200 goes out: afterwards an error can only cut the stream short.
+    {
+        let node = s.node.clone();
+        blocking(move || {
+            node.digests(v).and_then(|d| {
+                if d.digests.iter().any(|x| x.tid == tid) {
+                    Ok(())
+                } else {
+                    Err(ApiError::UnknownTrie(tid))
+                }
+            })
+        })
+        .await?;
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    let node = s.node.clone();
+    tokio::task::spawn_blocking(move || {
+        let tx2 = tx.clone();
+        if let Err(e) = node.export(tid, v, |chunk| tx2.blocking_send(Ok(chunk)).is_ok()) {
+            let _ = tx.blocking_send(Err(std::io::Error::other(format!("{e:?}"))));
+        }
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
+    let node = s.node.clone();
+    let stats = blocking(move || node.stats()).await?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        s.metrics.render(stats),
+    )
+        .into_response())
+}

@@ -1,0 +1,227 @@
+//! Offline tools over a data directory: `letus verify`, `letus export`, `letus import`.
+
+use std::io::{BufWriter, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use letus_core::{Options, Store};
+use letus_verify::export::{encode_record, encode_trailer, ExportHeader, ExportReader, HEADER_LEN};
+use letus_verify::{Hash, Limits};
+
+fn open_state(data: &std::path::Path) -> Result<Store, String> {
+    Store::open(data.join("state"), Options::default()).map_err(|e| match e {
+        letus_core::Error::Locked(_) => format!("{} is in use by a running node; stop it first (or verify its HTTP export: GET /v1/tries/T/export)", data.display()),
+        other => other.to_string(),
+    })
+}
+
+fn parse_root(s: &str) -> Result<Hash, String> {
+    Hash::from_hex(s).ok_or_else(|| format!("--root `{s}` is not 64 hex digits"))
+}
+
+/// Options of `letus verify`.
+#[derive(clap::Args)]
+pub struct VerifyArgs {
+    /// Data directory of a (stopped) node.
+    #[arg(long, default_value = "letus-data")]
+    data: PathBuf,
+    /// Trie id.
+    #[arg(long, default_value_t = 0)]
+    tid: u32,
+    /// Version to verify (default: latest).
+    #[arg(long)]
+    version: Option<u64>,
+    /// The root you trust for that version (hex).
+    #[arg(long)]
+    root: String,
+    /// Print a machine-readable summary.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn verify(a: VerifyArgs) -> Result<ExitCode, String> {
+    let root = parse_root(&a.root)?;
+    let store = open_state(&a.data)?;
+    let version = a
+        .version
+        .or(store.latest_version())
+        .ok_or("the store is empty")?;
+    let bar = if a.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new_spinner()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {pos} keys verified {per_sec} {elapsed}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    let started = std::time::Instant::now();
+    let result =
+        store.verify_full_with_progress(a.tid, version, &root, &mut |n| bar.set_position(n));
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    let (ok, summary) = match &result {
+        Ok(r) => (
+            true,
+            serde_json::json!({"ok": true, "tid": a.tid, "version": version, "root": r.root.to_hex(), "keys": r.keys, "pages": r.pages, "seconds": secs}),
+        ),
+        Err(e) => (
+            false,
+            serde_json::json!({"ok": false, "tid": a.tid, "version": version, "expected_root": root.to_hex(), "error": e.to_string(), "seconds": secs}),
+        ),
+    };
+    if a.json {
+        println!("{summary}");
+    } else if let Ok(r) = &result {
+        println!("OK: trie {} at version {version}: {} keys and {} pages recomputed, root {} matches ({secs:.1}s)", a.tid, r.keys, r.pages, r.root);
+    } else if let Err(e) = &result {
+        println!("MISMATCH: trie {} at version {version}: {e}", a.tid);
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Options of `letus export`.
+#[derive(clap::Args)]
+pub struct ExportArgs {
+    /// Data directory of a (stopped) node.
+    #[arg(long, default_value = "letus-data")]
+    data: PathBuf,
+    /// Trie id.
+    #[arg(long, default_value_t = 0)]
+    tid: u32,
+    /// Version (default: latest).
+    #[arg(long)]
+    version: Option<u64>,
+    /// Output file (`-` for stdout).
+    #[arg(long, default_value = "-")]
+    out: PathBuf,
+}
+
+pub fn export(a: ExportArgs) -> Result<ExitCode, String> {
+    let store = open_state(&a.data)?;
+    let version = a
+        .version
+        .or(store.latest_version())
+        .ok_or("the store is empty")?;
+    let digest = store.digest(a.tid, version).map_err(|e| e.to_string())?;
+    let sink: Box<dyn Write> = if a.out.as_os_str() == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(std::fs::File::create(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?)
+    };
+    let mut w = BufWriter::new(sink);
+    let io = |e: std::io::Error| e.to_string();
+    w.write_all(
+        &ExportHeader {
+            tid: a.tid,
+            version,
+            root: digest.root,
+        }
+        .encode(),
+    )
+    .map_err(io)?;
+    let mut buf = Vec::new();
+    let n = store
+        .for_each_pair(a.tid, version, |k, v| {
+            buf.clear();
+            encode_record(k, v, &mut buf);
+            w.write_all(&buf).map_err(|e| letus_core::Error::Io {
+                path: a.out.clone(),
+                source: e,
+            })
+        })
+        .map_err(|e| e.to_string())?;
+    w.write_all(&encode_trailer(n)).map_err(io)?;
+    w.flush().map_err(io)?;
+    eprintln!(
+        "exported {n} pairs of trie {} at version {version}, root {}",
+        a.tid, digest.root
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Options of `letus import`.
+#[derive(clap::Args)]
+pub struct ImportArgs {
+    /// Data directory of the new node (must not hold a store yet).
+    #[arg(long)]
+    data: PathBuf,
+    /// The export file.
+    #[arg(long)]
+    file: PathBuf,
+    /// The root you trust for the exported version (default: trust the root written in the export).
+    #[arg(long)]
+    root: Option<String>,
+}
+
+/// Reads `(key, value)` records of an export that was already verified.
+fn records(bytes: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    let mut pos = HEADER_LEN;
+    std::iter::from_fn(move || {
+        let b = bytes.get(pos..)?;
+        if b.first() != Some(&0x01) {
+            return None;
+        }
+        let kl = u32::from_le_bytes(b.get(1..5)?.try_into().ok()?) as usize;
+        let vl = u32::from_le_bytes(b.get(5..9)?.try_into().ok()?) as usize;
+        let k = b.get(9..9 + kl)?;
+        let v = b.get(9 + kl..9 + kl + vl)?;
+        pos += 9 + kl + vl;
+        Some((k, v))
+    })
+}
+
+pub fn import(a: ImportArgs) -> Result<ExitCode, String> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(&a.file)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(|e| format!("{}: {e}", a.file.display()))?;
+    let mut reader = ExportReader::new(Limits::default());
+    reader
+        .feed(&bytes)
+        .map_err(|e| format!("{}: {e}", a.file.display()))?;
+    let header = *reader.header().ok_or("the export has no header")?;
+    let trusted = match &a.root {
+        Some(r) => parse_root(r)?,
+        None => {
+            eprintln!(
+                "warning: no --root given; trusting the root written in the export ({})",
+                header.root
+            );
+            header.root
+        }
+    };
+    let summary = reader
+        .finish(&trusted)
+        .map_err(|e| format!("the export does not verify: {e}"))?;
+    if a.data.join("state").exists() {
+        return Err(format!("{} already holds a store", a.data.display()));
+    }
+    let mut store =
+        Store::open(a.data.join("state"), Options::default()).map_err(|e| e.to_string())?;
+    for (k, v) in records(&bytes) {
+        store.put(header.tid, k, v).map_err(|e| e.to_string())?;
+    }
+    let digests = store.commit(header.version).map_err(|e| e.to_string())?;
+    let root = digests
+        .iter()
+        .find(|d| d.tid == header.tid)
+        .map_or(letus_verify::EMPTY, |d| d.root);
+    if root != trusted {
+        return Err(format!(
+            "imported state has root {root}, expected {trusted}"
+        ));
+    }
+    store.close().map_err(|e| e.to_string())?;
+    println!(
+        "imported {} pairs of trie {} at version {}; root {root} verified",
+        summary.records, header.tid, header.version
+    );
+    Ok(ExitCode::SUCCESS)
+}
