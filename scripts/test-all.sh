@@ -21,6 +21,7 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "no_std builds of letus-verify (no std at all, and the browser target)"
 cargo build --quiet -p letus-verify --no-default-features --target thumbv7em-none-eabihf
 cargo build --quiet -p letus-verify --no-default-features --target wasm32-unknown-unknown
+cargo build --quiet -p letus-wasm --target wasm32-unknown-unknown --profile wasm
 
 step "independent implementation of SPEC.md (Python) against the test vectors"
 python3 tools/check_vectors.py

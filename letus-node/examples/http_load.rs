@@ -157,7 +157,7 @@ fn main() {
                 let body: ValueResponse = res.body_mut().read_json().expect("json");
                 lat.push(t.elapsed());
                 n += 1;
-                if n % 100 == 0 {
+                if n.is_multiple_of(100) {
                     let value = body.value.as_deref().map(|v| unhex(v).expect("hex"));
                     let p =
                         Proof::decode(&unhex(&body.proof_hex).expect("hex"), &Limits::default())

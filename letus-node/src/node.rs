@@ -50,13 +50,12 @@ fn lock_err<T>(_: T) -> ApiError {
     ApiError::Internal("a lock was poisoned by a panic".into())
 }
 
+/// A write with its hex decoded: `(tid, key, value or None for a delete)`.
+type DecodedWrite = (u32, Vec<u8>, Option<Vec<u8>>);
+
 /// The fingerprint of a block request, stored with the block so that a repeated POST can be told from a
 /// different block for the same version.
-fn request_hash(
-    version: Version,
-    writes: &[(u32, Vec<u8>, Option<Vec<u8>>)],
-    block: &[u8],
-) -> [u8; 32] {
+fn request_hash(version: Version, writes: &[DecodedWrite], block: &[u8]) -> [u8; 32] {
     let mut h = Vec::new();
     h.extend_from_slice(&version.to_le_bytes());
     h.extend_from_slice(&(writes.len() as u64).to_le_bytes());

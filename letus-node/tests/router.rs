@@ -64,7 +64,19 @@ fn code(v: &Value) -> &str {
     v["error"]["code"].as_str().unwrap_or("<no error code>")
 }
 
-fn block(version: u64, writes: &[(u32, &[u8], Option<&[u8]>)]) -> Value {
+/// `(tid, key, value or None)`.
+type W<'a> = (u32, &'a [u8], Option<&'a [u8]>);
+/// `(method, uri, body, token, status, code)`.
+type Case<'a> = (
+    &'a str,
+    &'a str,
+    Option<Value>,
+    Option<&'a str>,
+    StatusCode,
+    &'a str,
+);
+
+fn block(version: u64, writes: &[W<'_>]) -> Value {
     json!({
         "version": version,
         "writes": writes.iter().map(|(t, k, v)| json!({"tid": t, "key": hex(k), "value": v.map(hex)})).collect::<Vec<_>>(),
@@ -323,7 +335,7 @@ async fn every_error_has_a_code_and_status() {
     let (s, v, _) = call(&t, "GET", "/v1/digest", None, None).await;
     assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "version_not_found"));
     write_chain(&t).await;
-    let cases: Vec<(&str, &str, Option<Value>, Option<&str>, StatusCode, &str)> = vec![
+    let cases: Vec<Case<'_>> = vec![
         (
             "POST",
             "/v1/blocks",
