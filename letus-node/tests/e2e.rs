@@ -151,3 +151,95 @@ fn serve_write_read_restart_and_crash() {
     node.kill().unwrap();
     node.wait().unwrap();
 }
+
+#[test]
+fn verify_export_import_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut node, url) = start(dir.path());
+    let mut last = None;
+    for v in 1..=5 {
+        last = Some(post_block(&url, v, 200));
+    }
+    Command::new("kill")
+        .args(["-TERM", &node.id().to_string()])
+        .status()
+        .unwrap();
+    node.wait().unwrap();
+    let root = last.unwrap().digests[0].root.to_hex();
+    let letus = env!("CARGO_BIN_EXE_letus");
+    // Full verification: exit 0 and a JSON summary when the root matches, exit 1 when it does not.
+    let out = Command::new(letus)
+        .args(["verify", "--json", "--tid", "0", "--root", &root, "--data"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (summary["ok"].as_bool(), summary["keys"].as_u64()),
+        (Some(true), Some(200))
+    );
+    let wrong = "00".repeat(31) + "01";
+    let out = Command::new(letus)
+        .args(["verify", "--json", "--root", &wrong, "--data"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["ok"], false);
+    // Export, then import into a new node with the trusted root, then serve it.
+    let export = dir.path().join("state.export");
+    let st = Command::new(letus)
+        .args(["export", "--version", "3", "--out"])
+        .arg(&export)
+        .arg("--data")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let bytes = std::fs::read(&export).unwrap();
+    let root3 = {
+        let (mut n, u) = start(dir.path());
+        let d = digest(&u, 3);
+        n.kill().unwrap();
+        n.wait().unwrap();
+        d.digests[0].root
+    };
+    assert_eq!(
+        letus_verify::export::verify_export(&bytes, &root3, &Limits::default())
+            .unwrap()
+            .records,
+        200
+    );
+    let fresh = tempfile::tempdir().unwrap();
+    let bad = Command::new(letus)
+        .args(["import", "--root", &wrong, "--file"])
+        .arg(&export)
+        .arg("--data")
+        .arg(fresh.path().join("n"))
+        .status()
+        .unwrap();
+    assert!(
+        !bad.success(),
+        "an export that does not match the trusted root is refused"
+    );
+    let ok = Command::new(letus)
+        .args(["import", "--root", &root3.to_hex(), "--file"])
+        .arg(&export)
+        .arg("--data")
+        .arg(fresh.path().join("n"))
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let (mut n, u) = start(&fresh.path().join("n"));
+    check_value(&u, 3, 7);
+    assert_eq!(digest(&u, 3).digests[0].root, root3);
+    post_block(&u, 4, 3);
+    n.kill().unwrap();
+    n.wait().unwrap();
+}
