@@ -9,26 +9,8 @@
 
 use std::time::Instant;
 
+use letus_core::workload::Rng;
 use letus_core::{Options, Store};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// 80% of picks on the first 20% of `n`.
-    fn hot(&mut self, n: u64) -> u64 {
-        let hot = (n / 5).max(1);
-        if self.next() % 10 < 8 {
-            self.next() % hot
-        } else {
-            hot + self.next() % (n - hot).max(1)
-        }
-    }
-}
 
 fn key(i: u64) -> Vec<u8> {
     format!("account-{i:010}").into_bytes()
@@ -91,16 +73,16 @@ fn main() {
     store.flush().expect("flush");
 
     // Updates.
-    let mut rng = Rng(0x5eed);
+    let mut rng = Rng::new(0x5eed);
     let before = store.metrics();
     let io_before = proc_write_bytes();
     let mut lat = Vec::with_capacity(versions as usize);
     let t = Instant::now();
     for _ in 0..versions {
         for _ in 0..updates {
-            let k = key(rng.hot(keys));
+            let k = key(rng.hot_account(keys));
             store
-                .put(0, &k, &(rng.next() % 1_000_000).to_le_bytes())
+                .put(0, &k, &(rng.next_u64() % 1_000_000).to_le_bytes())
                 .expect("put");
         }
         v += 1;
@@ -145,7 +127,7 @@ fn main() {
             if clear_each {
                 store.clear_caches();
             }
-            let k = key(rng.next() % keys);
+            let k = key(rng.next_u64() % keys);
             let t = Instant::now();
             store.get(0, v, &k).expect("get").expect("present");
             busy += t.elapsed();
@@ -169,11 +151,11 @@ fn main() {
     store.clear_caches();
     // Warm the default cache to a steady state (as many gets as keys), then measure.
     for _ in 0..keys.max(5 * gets) {
-        let k = key(rng.next() % keys);
+        let k = key(rng.next_u64() % keys);
         store.get(0, v, &k).expect("get");
     }
     read(&store, &mut rng, "default cache, warmed", false);
-    let batch: Vec<Vec<u8>> = (0..1000).map(|_| key(rng.next() % keys)).collect();
+    let batch: Vec<Vec<u8>> = (0..1000).map(|_| key(rng.next_u64() % keys)).collect();
     let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
     store.clear_caches();
     let t = Instant::now();

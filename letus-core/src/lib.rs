@@ -21,6 +21,7 @@ pub mod roots_log;
 pub mod store;
 pub mod trie;
 pub mod vdls;
+pub mod workload;
 
 pub use error::{Error, Result};
 pub use letus_verify as verify;

@@ -105,21 +105,15 @@ fn main() {
     );
 
     // 1. Block commits with 1,000 writes each.
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut rnd = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = letus_core::workload::Rng::new(7);
     let t = Instant::now();
     for _ in 0..blocks {
         version += 1;
         let writes = (0..1000)
             .map(|_| WriteOp {
                 tid: 0,
-                key: hex(&key(rnd() % keys)),
-                value: Some(hex(&rnd().to_le_bytes())),
+                key: hex(&key(rng.hot_account(keys))),
+                value: Some(hex(&rng.next_u64().to_le_bytes())),
             })
             .collect();
         post(version, writes);

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use letus_core::workload::Rng;
 use letus_node::api::{BlockRequest, DigestsResponse, WriteOp};
 use letus_verify::hex::encode as hex;
 
@@ -35,25 +36,6 @@ pub struct DemoArgs {
     /// Seed of the workload.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn account(&mut self, n: u32) -> u32 {
-        let hot = (n / 5).max(1);
-        let r = self.next();
-        if r % 10 < 8 {
-            (r >> 8) as u32 % hot
-        } else {
-            hot + (r >> 8) as u32 % (n - hot).max(1)
-        }
-    }
 }
 
 /// The key of account `i` in trie 0.
@@ -115,7 +97,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
         .http_status_as_error(false)
         .build()
         .into();
-    let mut rng = Rng(a.seed | 1);
+    let mut rng = Rng::new(a.seed);
     let mut balances = vec![0u64; a.accounts as usize];
     let post = |req: &BlockRequest| -> Result<DigestsResponse, String> {
         let body = serde_json::to_string(req).map_err(|e| e.to_string())?;
@@ -162,8 +144,11 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
         let mut touched = std::collections::BTreeMap::new();
         let mut txs = Vec::new();
         for _ in 0..a.transfers {
-            let (from, to) = (rng.account(a.accounts), rng.account(a.accounts));
-            let amount = rng.next() % 50 + 1;
+            let (from, to) = (
+                rng.hot_account(u64::from(a.accounts)) as u32,
+                rng.hot_account(u64::from(a.accounts)) as u32,
+            );
+            let amount = rng.below(50) + 1;
             if from == to || balances[from as usize] < amount {
                 continue;
             }

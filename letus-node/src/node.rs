@@ -208,15 +208,6 @@ impl Node {
         }
     }
 
-    /// The latest version, or `version_not_found` for an empty node.
-    pub fn latest(&self) -> Result<Version, ApiError> {
-        self.store
-            .read()
-            .map_err(lock_err)?
-            .latest_version()
-            .ok_or(ApiError::Empty)
-    }
-
     /// Digests of every trie at `version` (default latest).
     pub fn digests(&self, version: Option<Version>) -> Result<DigestsResponse, ApiError> {
         let store = self.store.read().map_err(lock_err)?;
@@ -363,12 +354,13 @@ impl Node {
         &self,
         tid: u32,
         from: Version,
-        to: Version,
+        to: Option<Version>,
     ) -> Result<ConsistencyResponse, ApiError> {
+        let store = self.store.read().map_err(lock_err)?;
+        let to = Self::resolve(&store, to)?;
         if from > to {
             return Err(ApiError::BadRequest("`from` must not be above `to`".into()));
         }
-        let store = self.store.read().map_err(lock_err)?;
         let proof = store.history_consistency_proof(tid, from, to)?;
         Ok(ConsistencyResponse {
             tid,
@@ -387,14 +379,15 @@ impl Node {
         &self,
         tid: u32,
         version: Version,
-        at: Version,
+        at: Option<Version>,
     ) -> Result<InclusionResponse, ApiError> {
+        let store = self.store.read().map_err(lock_err)?;
+        let at = Self::resolve(&store, at)?;
         if version > at {
             return Err(ApiError::BadRequest(
                 "`version` must not be above `at`".into(),
             ));
         }
-        let store = self.store.read().map_err(lock_err)?;
         let proof = store.history_inclusion_proof(tid, version, at)?;
         let proof_hex = proof
             .encode()

@@ -162,59 +162,48 @@ async fn digest_at(
 struct RangeQuery {
     from: Option<String>,
     to: Option<String>,
+    version: Option<String>,
+    at: Option<String>,
     tid: Option<String>,
+}
+
+/// Parses the optional history-route parameters: a required version, an optional upper version, the trie id.
+fn range(
+    q: Result<Query<RangeQuery>, QueryRejection>,
+    required: &str,
+) -> Result<(u32, u64, Option<u64>), ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let (lower, upper) = if required == "from" {
+        (q.from, q.to)
+    } else {
+        (q.version, q.at)
+    };
+    let lower = lower.ok_or_else(|| ApiError::BadRequest(format!("`{required}` is required")))?;
+    let tid = q.tid.as_deref().map(tid_param).transpose()?.unwrap_or(0);
+    Ok((
+        tid,
+        version_param(&lower)?,
+        upper.as_deref().map(version_param).transpose()?,
+    ))
 }
 
 async fn consistency(
     State(s): State<AppState>,
     q: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Json<ConsistencyResponse>, ApiError> {
-    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let from = version_param(
-        q.from
-            .as_deref()
-            .ok_or_else(|| ApiError::BadRequest("`from` is required".into()))?,
-    )?;
+    let (tid, from, to) = range(q, "from")?;
     let node = s.node.clone();
-    let to = match q.to.as_deref() {
-        Some(t) => version_param(t)?,
-        None => {
-            let n = node.clone();
-            blocking(move || n.latest()).await?
-        }
-    };
-    let tid = q.tid.as_deref().map(tid_param).transpose()?.unwrap_or(0);
     Ok(Json(
         blocking(move || node.consistency(tid, from, to)).await?,
     ))
 }
 
-#[derive(Deserialize)]
-struct InclusionQuery {
-    version: Option<String>,
-    at: Option<String>,
-    tid: Option<String>,
-}
-
 async fn inclusion(
     State(s): State<AppState>,
-    q: Result<Query<InclusionQuery>, QueryRejection>,
+    q: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Json<InclusionResponse>, ApiError> {
-    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let version = version_param(
-        q.version
-            .as_deref()
-            .ok_or_else(|| ApiError::BadRequest("`version` is required".into()))?,
-    )?;
+    let (tid, version, at) = range(q, "version")?;
     let node = s.node.clone();
-    let at = match q.at.as_deref() {
-        Some(t) => version_param(t)?,
-        None => {
-            let n = node.clone();
-            blocking(move || n.latest()).await?
-        }
-    };
-    let tid = q.tid.as_deref().map(tid_param).transpose()?.unwrap_or(0);
     Ok(Json(
         blocking(move || node.inclusion(tid, version, at)).await?,
     ))
