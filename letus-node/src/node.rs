@@ -89,6 +89,15 @@ impl Node {
         let mut blocks = BlockStore::open(&data.join("blocks"), BlockStoreOptions::default())?;
         // The block is appended before its state commit; a crash in between leaves a block without state.
         blocks.truncate_after(store.latest_version().unwrap_or(0))?;
+        // The other direction cannot be repaired here: raw blocks that the state has but the block store lost (a
+        // deleted segment file) are reported, and `GET /v1/blocks/{v}` answers `block_not_found` for them.
+        if blocks.latest_version() < store.latest_version() {
+            tracing::warn!(
+                blocks = ?blocks.latest_version(),
+                state = ?store.latest_version(),
+                "the block store ends before the state: some raw blocks are missing"
+            );
+        }
         Ok(Node {
             store: RwLock::new(store),
             blocks: Mutex::new(blocks),

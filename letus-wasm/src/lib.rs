@@ -7,7 +7,8 @@
 
 use js_sys::{Error, Reflect};
 use letus_verify::export::ExportReader;
-use letus_verify::{Claim, Hash, Limits, Proof};
+use letus_verify::hash::{history_leaf, key_path};
+use letus_verify::{Claim, ConsistencyProof, Digest, Hash, InclusionProof, Limits, Proof};
 use wasm_bindgen::prelude::*;
 
 /// A JS `Error` with a `code` property.
@@ -71,6 +72,108 @@ pub fn verify_multi_proof(
     letus_verify::verify_multi_proof(&root, &claims, &p, &Limits::default())
         .map(|_| ())
         .map_err(|e| js_error(e.code(), &e.to_string()))
+}
+
+fn set(o: &js_sys::Object, name: &str, v: JsValue) {
+    let _ = Reflect::set(o, &JsValue::from_str(name), &v);
+}
+
+/// Decodes a binary digest (SPEC.md §7, 86 bytes) into `{tid, version, root, history_len, history_root}`,
+/// versions and lengths as `bigint`, hashes as `Uint8Array`.
+#[wasm_bindgen(js_name = decodeDigest)]
+pub fn decode_digest(bytes: &[u8]) -> Result<js_sys::Object, JsValue> {
+    let d = Digest::decode(bytes).map_err(|e| js_error(e.code(), &e.to_string()))?;
+    let o = js_sys::Object::new();
+    set(&o, "tid", JsValue::from(d.tid));
+    set(&o, "version", JsValue::from(d.version));
+    set(&o, "root", js_sys::Uint8Array::from(&d.root.0[..]).into());
+    set(&o, "history_len", JsValue::from(d.history_len));
+    set(&o, "history_root", js_sys::Uint8Array::from(&d.history_root.0[..]).into());
+    Ok(o)
+}
+
+/// Encodes a digest in its binary form; rejects `history_len == 0` (`malformed`).
+#[wasm_bindgen(js_name = encodeDigest)]
+pub fn encode_digest(
+    tid: u32,
+    version: u64,
+    root: &[u8],
+    history_len: u64,
+    history_root: &[u8],
+) -> Result<Vec<u8>, JsValue> {
+    let d = Digest {
+        tid,
+        version,
+        root: hash(root, "root")?,
+        history_len,
+        history_root: hash(history_root, "history_root")?,
+    };
+    d.validate()
+        .map_err(|e| js_error(e.code(), &e.to_string()))?;
+    Ok(d.encode())
+}
+
+/// Verifies a history inclusion proof (binary, SPEC.md §8.2): entry `(tid, version, root)` is in the history
+/// with root `history_root` and `tree_size` entries. Returns the entry's index.
+#[wasm_bindgen(js_name = verifyHistoryInclusion)]
+pub fn verify_history_inclusion(
+    history_root: &[u8],
+    tree_size: u64,
+    tid: u32,
+    version: u64,
+    root: &[u8],
+    proof: &[u8],
+) -> Result<u64, JsValue> {
+    let history_root = hash(history_root, "history_root")?;
+    let root = hash(root, "root")?;
+    let p = InclusionProof::decode(proof).map_err(|e| js_error(e.code(), &e.to_string()))?;
+    p.verify(&history_root, tree_size, &history_leaf(tid, version, &root))
+        .map(|_| p.index)
+        .map_err(|e| js_error(e.code(), &e.to_string()))
+}
+
+/// Verifies a history consistency proof (binary, SPEC.md §8.3).
+#[wasm_bindgen(js_name = verifyHistoryConsistency)]
+pub fn verify_history_consistency(
+    old_size: u64,
+    old_root: &[u8],
+    new_size: u64,
+    new_root: &[u8],
+    proof: &[u8],
+) -> Result<(), JsValue> {
+    let old_root = hash(old_root, "old_root")?;
+    let new_root = hash(new_root, "new_root")?;
+    let p = ConsistencyProof::decode(proof).map_err(|e| js_error(e.code(), &e.to_string()))?;
+    p.verify(old_size, &old_root, new_size, &new_root)
+        .map_err(|e| js_error(e.code(), &e.to_string()))
+}
+
+/// `path(key)` (SPEC.md §2).
+#[wasm_bindgen(js_name = keyPath)]
+pub fn key_path_of(key: &[u8]) -> Vec<u8> {
+    key_path(key).0.to_vec()
+}
+
+/// `value_hash(value)` (SPEC.md §2).
+#[wasm_bindgen(js_name = valueHash)]
+pub fn value_hash_of(value: &[u8]) -> Vec<u8> {
+    letus_verify::hash::value_hash(value).0.to_vec()
+}
+
+/// `history_leaf(tid, version, root)` (SPEC.md §8).
+#[wasm_bindgen(js_name = historyLeaf)]
+pub fn history_leaf_of(tid: u32, version: u64, root: &[u8]) -> Result<Vec<u8>, JsValue> {
+    Ok(history_leaf(tid, version, &hash(root, "root")?).0.to_vec())
+}
+
+/// `MTH` (SPEC.md §8) of the concatenated 32-byte leaf hashes.
+#[wasm_bindgen(js_name = historyRoot)]
+pub fn history_root(leaves: &[u8]) -> Result<Vec<u8>, JsValue> {
+    if !leaves.len().is_multiple_of(32) {
+        return Err(js_error("malformed", "leaves must be a multiple of 32 bytes"));
+    }
+    let leaves: Vec<Hash> = leaves.chunks_exact(32).filter_map(Hash::from_slice).collect();
+    Ok(letus_verify::history::mth(&leaves).0.to_vec())
 }
 
 /// Streaming verification of a state export (SPEC.md §9.2): feed chunks, then finish with a trusted root.
