@@ -11,6 +11,12 @@ for t in wasm32-unknown-unknown thumbv7em-none-eabihf; do
   rustup target list --installed | grep -qx "$t" || rustup target add "$t"
 done
 
+step "wasm-bindgen-cli pinned to the version in Cargo.lock (from crates.io)"
+wb_version=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wb_version" ]; then
+  cargo install --locked wasm-bindgen-cli --version "$wb_version"
+fi
+
 step "python packages for the independent vector check"
 python3 -c 'import blake3' 2>/dev/null || python3 -m pip install --quiet blake3
 
@@ -28,3 +34,6 @@ python3 tools/check_vectors.py
 
 step "cargo test (workspace)"
 cargo test --workspace
+
+step "JS package letus-verify: every vector and the verified client, in Node.js"
+sh js/scripts/test.sh

@@ -88,7 +88,11 @@ pub fn decode_digest(bytes: &[u8]) -> Result<js_sys::Object, JsValue> {
     set(&o, "version", JsValue::from(d.version));
     set(&o, "root", js_sys::Uint8Array::from(&d.root.0[..]).into());
     set(&o, "history_len", JsValue::from(d.history_len));
-    set(&o, "history_root", js_sys::Uint8Array::from(&d.history_root.0[..]).into());
+    set(
+        &o,
+        "history_root",
+        js_sys::Uint8Array::from(&d.history_root.0[..]).into(),
+    );
     Ok(o)
 }
 
@@ -170,9 +174,15 @@ pub fn history_leaf_of(tid: u32, version: u64, root: &[u8]) -> Result<Vec<u8>, J
 #[wasm_bindgen(js_name = historyRoot)]
 pub fn history_root(leaves: &[u8]) -> Result<Vec<u8>, JsValue> {
     if !leaves.len().is_multiple_of(32) {
-        return Err(js_error("malformed", "leaves must be a multiple of 32 bytes"));
+        return Err(js_error(
+            "malformed",
+            "leaves must be a multiple of 32 bytes",
+        ));
     }
-    let leaves: Vec<Hash> = leaves.chunks_exact(32).filter_map(Hash::from_slice).collect();
+    let leaves: Vec<Hash> = leaves
+        .chunks_exact(32)
+        .filter_map(Hash::from_slice)
+        .collect();
     Ok(letus_verify::history::mth(&leaves).0.to_vec())
 }
 

@@ -1,0 +1,206 @@
+import { LetusNodeError, LetusVerifyError, wrapError } from './errors.js';
+import { bytesEqual, fromHex, hashHex, toBytes, toHex, toU32, toU64 } from './bytes.js';
+import { parseJson } from './json.js';
+import { proofFromJson } from './proof.js';
+import { verifyMultiProof, verifyProof } from './verify.js';
+import { digestFromJson, verifyConsistency, verifyInclusion } from './digest.js';
+
+function mismatch(what) {
+  throw new LetusVerifyError('answer_mismatch', `the node's answer does not match the request: ${what}`);
+}
+
+function check(cond, what) {
+  if (!cond) mismatch(what);
+}
+
+/** Runs a parse step of an answer; a TypeError (missing field) becomes `malformed`. */
+function parsing(f) {
+  try {
+    return f();
+  } catch (e) {
+    if (e instanceof TypeError) throw new LetusVerifyError('malformed', `malformed answer: ${e.message}`, { cause: e });
+    throw wrapError(e);
+  }
+}
+
+function optValue(v, what) {
+  return v === null || v === undefined ? null : fromHex(v, what);
+}
+
+/**
+ * A client of a letus node (letus-node/API.md) that returns only what it verified. Every answer's proof is checked
+ * against a trusted root when one is given (else against the answer's own digest: `trusted: false`), and every
+ * digest the node returns is passed to `options.monitor` (a DigestMonitor) under the node's URL, an alarm
+ * (fork, rollback, checkpoint conflict) being thrown as a LetusVerifyError with the report's code.
+ */
+export class LetusClient {
+  #base;
+  #fetch;
+  #monitor;
+  #source;
+
+  constructor(baseUrl, { fetch: f, monitor, source } = {}) {
+    this.#base = String(baseUrl).replace(/\/+$/, '');
+    this.#fetch = f || globalThis.fetch;
+    if (typeof this.#fetch !== 'function') throw new TypeError('no fetch function available');
+    this.#monitor = monitor;
+    this.#source = source || this.#base;
+  }
+
+  async #request(path, init) {
+    const res = await this.#fetch(this.#base + path, init);
+    const text = await res.text();
+    if (!res.ok) {
+      let code = 'http_error';
+      let message = text;
+      try {
+        const body = JSON.parse(text);
+        if (body && body.error && typeof body.error.code === 'string') {
+          code = body.error.code;
+          message = String(body.error.message);
+        }
+      } catch {
+        // a plain-text error
+      }
+      throw new LetusNodeError(res.status, code, message);
+    }
+    try {
+      return parseJson(text);
+    } catch (e) {
+      throw new LetusVerifyError('malformed', 'the node answered with invalid JSON', { cause: e });
+    }
+  }
+
+  #observe(digest) {
+    if (!this.#monitor) return;
+    const r = this.#monitor.observe(this.#source, digest);
+    if (r.alarm) throw new LetusVerifyError(r.code, `digest monitor reports ${r.code} for ${this.#source}`);
+  }
+
+  /** Checks that the binary proof and its JSON form (if sent) are the same proof; returns the bytes. */
+  static #proofOf(answer) {
+    const bin = parsing(() => fromHex(answer.proof_hex, 'proof_hex'));
+    if (answer.proof !== undefined && answer.proof !== null) {
+      const fromJson = proofFromJson(answer.proof);
+      check(bytesEqual(fromJson, bin), 'proof and proof_hex differ');
+    }
+    return bin;
+  }
+
+  /**
+   * `GET /v1/tries/{tid}/keys/{key}`: the value of `key` (bytes or hex) with its proof verified.
+   * Options: `version` (default latest), `trustedRoot` (hex or bytes: the root you trust for that version).
+   * Resolves to `{tid, version, key, value, present, digest, trusted}`.
+   */
+  async getVerified(tid, key, { version, trustedRoot } = {}) {
+    const t = toU32(tid);
+    const k = toBytes(key, 'key');
+    const v = version === undefined ? undefined : toU64(version);
+    const q = v === undefined ? '' : `?version=${v}`;
+    const a = await this.#request(`/v1/tries/${t}/keys/${toHex(k)}${q}`);
+    const { digest, value } = parsing(() => ({ digest: digestFromJson(a.digest), value: optValue(a.value, 'value') }));
+    check(toU32(a.tid) === t && digest.tid === t, 'tid');
+    check(typeof a.key === 'string' && a.key.toLowerCase() === toHex(k), 'key');
+    check(toU64(a.version) === digest.version && (v === undefined || v === digest.version), 'version');
+    const proof = LetusClient.#proofOf(a);
+    const root = trustedRoot === undefined ? digest.root : hashHex(trustedRoot, 'trusted root');
+    const r = await verifyProof({ tid: t, version: digest.version, root }, k, value, proof);
+    this.#observe(digest);
+    return { tid: t, version: digest.version, key: k, value, present: r.present, digest, trusted: trustedRoot !== undefined };
+  }
+
+  /**
+   * `POST /v1/tries/{tid}/proofs`: the values of several keys with one verified multi-proof.
+   * Resolves to `{tid, version, entries: [{key, value}], digest, trusted}` in request order.
+   */
+  async getVerifiedMany(tid, keys, { version, trustedRoot } = {}) {
+    const t = toU32(tid);
+    const ks = keys.map((k, i) => toBytes(k, `key ${i}`));
+    const v = version === undefined ? undefined : toU64(version);
+    const body = { keys: ks.map(toHex) };
+    const bodyText = JSON.stringify(body).slice(0, -1) + (v === undefined ? '}' : `,"version":${v}}`);
+    const a = await this.#request(`/v1/tries/${t}/proofs`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: bodyText,
+    });
+    const { digest, values } = parsing(() => ({
+      digest: digestFromJson(a.digest),
+      values: a.values.map((x, i) => optValue(x, `values[${i}]`)),
+    }));
+    check(toU32(a.tid) === t && digest.tid === t, 'tid');
+    check(toU64(a.version) === digest.version && (v === undefined || v === digest.version), 'version');
+    check(Array.isArray(a.keys) && a.keys.length === ks.length && a.keys.every((x, i) => typeof x === 'string' && x.toLowerCase() === toHex(ks[i])), 'keys');
+    check(values.length === ks.length, 'values');
+    const proof = LetusClient.#proofOf(a);
+    const root = trustedRoot === undefined ? digest.root : hashHex(trustedRoot, 'trusted root');
+    const claims = ks.map((key, i) => ({ key, value: values[i] }));
+    await verifyMultiProof({ tid: t, version: digest.version, root }, claims, proof);
+    this.#observe(digest);
+    return { tid: t, version: digest.version, entries: claims, digest, trusted: trustedRoot !== undefined };
+  }
+
+  /**
+   * `GET /v1/tries/{tid}/keys/{key}/history?proofs=true`: the key's past values, newest first, each proved
+   * against the digest at its version. With `trustedDigest` (a digest of this trie you trust), each of those
+   * digests' roots is also proved to be in the trusted digest's history (`/v1/digest/inclusion`, SPEC.md §8.2),
+   * and the entries are `trusted: true`. Resolves to `[{version, value, digest, trusted}]`.
+   */
+  async history(tid, key, { limit, trustedDigest } = {}) {
+    const t = toU32(tid);
+    const k = toBytes(key, 'key');
+    const lim = limit === undefined ? '' : `&limit=${toU64(limit, 'limit')}`;
+    const a = await this.#request(`/v1/tries/${t}/keys/${toHex(k)}/history?proofs=true${lim}`);
+    check(toU32(a.tid) === t, 'tid');
+    check(typeof a.key === 'string' && a.key.toLowerCase() === toHex(k), 'key');
+    const trusted = trustedDigest === undefined ? undefined : digestFromJson(trustedDigest);
+    if (trusted) check(trusted.tid === t, 'trusted digest is of another trie');
+    const out = [];
+    let prev;
+    for (const e of parsing(() => [...a.entries])) {
+      const { digest, value, version } = parsing(() => ({
+        digest: digestFromJson(e.digest),
+        value: optValue(e.value, 'value'),
+        version: toU64(e.version),
+      }));
+      check(digest.tid === t && digest.version === version, 'history entry digest');
+      check(prev === undefined || version < prev, 'history entries are not newest first');
+      prev = version;
+      const proof = parsing(() => fromHex(e.proof_hex, 'proof_hex'));
+      const r = await verifyProof({ tid: t, version, root: digest.root }, k, value, proof);
+      check(value === null || r.present, 'value');
+      if (trusted) {
+        check(version <= trusted.version, 'history entry newer than the trusted digest');
+        const inc = await this.#request(`/v1/digest/inclusion?version=${version}&at=${trusted.version}&tid=${t}`);
+        check(hashHex(inc.root, 'root') === digest.root, 'inclusion root');
+        await verifyInclusion(trusted, { tid: t, version, root: digest.root }, parsing(() => fromHex(inc.proof_hex, 'proof_hex')));
+      }
+      out.push({ version, value, digest, trusted: trusted !== undefined });
+    }
+    return out;
+  }
+
+  /** `GET /v1/digest[/{version}]`: the node's digests (each passed to the monitor). Not verified by themselves. */
+  async digests(version) {
+    const q = version === undefined ? '' : `/${toU64(version)}`;
+    const a = await this.#request(`/v1/digest${q}`);
+    const ds = parsing(() => a.digests.map(digestFromJson));
+    for (const d of ds) this.#observe(d);
+    return ds;
+  }
+
+  /**
+   * `GET /v1/digest/consistency`: proves that the history of `older` (a digest you trust) is a prefix of the
+   * node's history at `toVersion` (default latest). Resolves to the newer digest, verified to extend `older`.
+   */
+  async consistency(older, toVersion) {
+    const o = digestFromJson(older);
+    const to = toVersion === undefined ? '' : `&to=${toU64(toVersion)}`;
+    const a = await this.#request(`/v1/digest/consistency?from=${o.version}${to}&tid=${o.tid}`);
+    const { from, newer } = parsing(() => ({ from: digestFromJson(a.from), newer: digestFromJson(a.to) }));
+    check(from.tid === o.tid && newer.tid === o.tid, 'tid');
+    await verifyConsistency(o, newer, parsing(() => fromHex(a.proof_hex, 'proof_hex')));
+    this.#observe(newer);
+    return newer;
+  }
+}

@@ -1,0 +1,246 @@
+// LetusClient against a fake node (a fake fetch) built from the test vectors: honest answers verify, tampered
+// answers are rejected with the right code.
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { DigestMonitor, LetusClient, LetusNodeError, LetusVerifyError, historyLeaf, historyRoot, parseJson, toHex } from '../src/index.js';
+
+const vec = (f) => parseJson(readFileSync(new URL(`../../letus-verify/vectors/${f}`, import.meta.url), 'utf8'));
+const proofs = vec('proofs.json').cases;
+const byName = (n) => proofs.find((c) => c.name === n);
+const inc = byName('inclusion of account-00007');
+const exc = byName('exclusion ending on an empty slot');
+const multi = byName('multi-proof of six keys, present and absent');
+const ROOT = inc.root;
+const OTHER_ROOT = vec('roots.json').cases[1].root;
+const KEY = inc.claims[0].key;
+const VALUE = inc.claims[0].value;
+const HR = 'ab'.repeat(32);
+const digest = (version, root = ROOT, history_len = version, history_root = HR) => ({ tid: 0, version, root, history_len, history_root });
+
+function flipHex(hex, at) {
+  const i = at < 0 ? hex.length + at : at;
+  const c = hex[i] === '0' ? '1' : '0';
+  return hex.slice(0, i) + c + hex.slice(i + 1);
+}
+
+/** A fake fetch: `routes` maps a path (without the base URL) to [status, body] or a function of (init). */
+function fakeFetch(routes) {
+  const calls = [];
+  const f = async (url, init) => {
+    const path = url.replace('http://node.test', '');
+    calls.push({ path, init });
+    let r = routes[path];
+    if (typeof r === 'function') r = r(init);
+    if (!r) r = [404, { error: { code: 'not_found', message: `no route ${path}` } }];
+    const [status, body] = r;
+    return new Response(typeof body === 'string' ? body : JSON.stringify(body), { status });
+  };
+  f.calls = calls;
+  return f;
+}
+
+function valueAnswer(over = {}) {
+  return { tid: 0, version: 5, key: KEY, value: VALUE, proof: inc.proof_json, proof_hex: inc.proof, digest: digest(5), ...over };
+}
+
+async function rejects(p, code, cls = LetusVerifyError) {
+  await assert.rejects(p, (e) => {
+    assert.ok(e instanceof cls, `expected ${cls.name}, got ${e && e.stack}`);
+    assert.equal(e.code, code);
+    return true;
+  });
+}
+
+const client = (routes, opts) => new LetusClient('http://node.test/', { fetch: fakeFetch(routes), ...opts });
+const GET = `/v1/tries/0/keys/${KEY}?version=5`;
+
+describe('LetusClient.getVerified', () => {
+  it('returns an honest value, trusted when a trusted root is given', async () => {
+    const fetch = fakeFetch({ [GET]: [200, valueAnswer()] });
+    const c = new LetusClient('http://node.test', { fetch });
+    const r = await c.getVerified(0, KEY, { version: 5, trustedRoot: ROOT });
+    assert.equal(toHex(r.value), VALUE);
+    assert.equal(r.present, true);
+    assert.equal(r.version, 5n);
+    assert.equal(r.trusted, true);
+    assert.equal(fetch.calls[0].path, GET);
+    const r2 = await c.getVerified(0, KEY, { version: 5n });
+    assert.equal(r2.trusted, false);
+  });
+  it('verifies an exclusion (value null)', async () => {
+    const key = exc.claims[0].key;
+    const a = { tid: 0, version: 5, key, value: null, proof: exc.proof_json, proof_hex: exc.proof, digest: digest(5) };
+    const r = await client({ [`/v1/tries/0/keys/${key}?version=5`]: [200, a] }).getVerified(0, key, { version: 5, trustedRoot: ROOT });
+    assert.equal(r.value, null);
+    assert.equal(r.present, false);
+  });
+  it('rejects a tampered value (root_mismatch)', async () => {
+    await rejects(client({ [GET]: [200, valueAnswer({ value: flipHex(VALUE, -1) })] }).getVerified(0, KEY, { version: 5 }), 'root_mismatch');
+  });
+  it('rejects a present key reported absent (expected_absent)', async () => {
+    await rejects(client({ [GET]: [200, valueAnswer({ value: null })] }).getVerified(0, KEY, { version: 5 }), 'expected_absent');
+  });
+  it('rejects a tampered proof, binary and JSON alike (root_mismatch)', async () => {
+    const proof_hex = flipHex(inc.proof, 40);
+    const proof = JSON.parse(JSON.stringify(inc.proof_json));
+    proof.records[0].hashes[0] = proof_hex.slice(8, 72);
+    assert.equal(proof.records[0].t, 'branch');
+    await rejects(client({ [GET]: [200, valueAnswer({ proof, proof_hex })] }).getVerified(0, KEY, { version: 5 }), 'root_mismatch');
+  });
+  it('rejects a proof whose JSON and binary forms differ (answer_mismatch)', async () => {
+    await rejects(client({ [GET]: [200, valueAnswer({ proof_hex: flipHex(inc.proof, 40) })] }).getVerified(0, KEY, { version: 5 }), 'answer_mismatch');
+  });
+  it('rejects a proof cut inside a hash (truncated)', async () => {
+    await rejects(client({ [GET]: [200, valueAnswer({ proof: null, proof_hex: inc.proof.slice(0, 100) })] }).getVerified(0, KEY, { version: 5 }), 'truncated');
+  });
+  it('rejects a malformed JSON proof (malformed / unknown_tag)', async () => {
+    const proof = JSON.parse(JSON.stringify(inc.proof_json));
+    proof.records[0].hashes[0] = 'zz';
+    await rejects(client({ [GET]: [200, valueAnswer({ proof })] }).getVerified(0, KEY, { version: 5 }), 'malformed');
+    proof.records[0].t = 'twig';
+    await rejects(client({ [GET]: [200, valueAnswer({ proof })] }).getVerified(0, KEY, { version: 5 }), 'unknown_tag');
+  });
+  it('rejects an answer that verifies against its own digest but not the trusted root (root_mismatch)', async () => {
+    await rejects(client({ [GET]: [200, valueAnswer()] }).getVerified(0, KEY, { version: 5, trustedRoot: OTHER_ROOT }), 'root_mismatch');
+  });
+  it('rejects answers for another key, version or trie (answer_mismatch)', async () => {
+    const other = inc.claims[0].key.slice(0, -2) + '31';
+    await rejects(client({ [GET]: [200, valueAnswer({ key: other })] }).getVerified(0, KEY, { version: 5 }), 'answer_mismatch');
+    await rejects(client({ [GET]: [200, valueAnswer({ version: 6, digest: digest(6) })] }).getVerified(0, KEY, { version: 5 }), 'answer_mismatch');
+    await rejects(client({ [GET]: [200, valueAnswer({ tid: 1, digest: { ...digest(5), tid: 1 } })] }).getVerified(0, KEY, { version: 5 }), 'answer_mismatch');
+  });
+  it('rejects a malformed digest (malformed)', async () => {
+    await rejects(client({ [GET]: [200, valueAnswer({ digest: digest(5, ROOT, 0) })] }).getVerified(0, KEY, { version: 5 }), 'malformed');
+    await rejects(client({ [GET]: [200, valueAnswer({ digest: undefined })] }).getVerified(0, KEY, { version: 5 }), 'malformed');
+    await rejects(client({ [GET]: [200, 'not json'] }).getVerified(0, KEY, { version: 5 }), 'malformed');
+  });
+  it('surfaces node errors as LetusNodeError with the node code', async () => {
+    const body = { error: { code: 'version_not_found', message: 'version 5 was never written' } };
+    await rejects(client({ [GET]: [404, body] }).getVerified(0, KEY, { version: 5 }), 'version_not_found', LetusNodeError);
+  });
+  it('passes digests to a monitor and throws on an alarm (checkpoint_conflict, rollback)', async () => {
+    const monitor = new DigestMonitor();
+    monitor.addCheckpoint(digest(5, OTHER_ROOT));
+    await rejects(client({ [GET]: [200, valueAnswer()] }, { monitor }).getVerified(0, KEY, { version: 5 }), 'checkpoint_conflict');
+    const m2 = new DigestMonitor();
+    const c = client({ [GET]: [200, valueAnswer()], [`/v1/tries/0/keys/${KEY}?version=4`]: [200, valueAnswer({ version: 4, digest: digest(4) })] }, { monitor: m2 });
+    await c.getVerified(0, KEY, { version: 5 });
+    await rejects(c.getVerified(0, KEY, { version: 4 }), 'rollback');
+  });
+});
+
+describe('LetusClient.getVerifiedMany', () => {
+  const keys = multi.claims.map((c) => c.key);
+  const values = multi.claims.map((c) => c.value ?? null);
+  const answer = (over = {}) => ({ tid: 0, version: 5, keys, values, proof: multi.proof_json, proof_hex: multi.proof, digest: digest(5), ...over });
+  it('returns honest values in request order and posts the keys', async () => {
+    const fetch = fakeFetch({ '/v1/tries/0/proofs': [200, answer()] });
+    const r = await new LetusClient('http://node.test', { fetch }).getVerifiedMany(0, keys, { version: 5, trustedRoot: ROOT });
+    assert.deepEqual(r.entries.map((e) => (e.value === null ? null : toHex(e.value))), values);
+    assert.deepEqual(JSON.parse(fetch.calls[0].init.body), { keys, version: 5 });
+    assert.equal(fetch.calls[0].init.method, 'POST');
+  });
+  it('rejects one tampered value (root_mismatch) and an absent key reported present (expected_present)', async () => {
+    const bad = [...values];
+    const i = bad.findIndex((v) => v !== null);
+    bad[i] = flipHex(bad[i], -1);
+    await rejects(client({ '/v1/tries/0/proofs': [200, answer({ values: bad })] }).getVerifiedMany(0, keys, { version: 5 }), 'root_mismatch');
+    const j = values.findIndex((v) => v === null);
+    const bad2 = [...values];
+    bad2[j] = '00';
+    await rejects(client({ '/v1/tries/0/proofs': [200, answer({ values: bad2 })] }).getVerifiedMany(0, keys, { version: 5 }), 'expected_present');
+  });
+  it('rejects keys in another order (answer_mismatch)', async () => {
+    const swapped = [keys[1], keys[0], ...keys.slice(2)];
+    await rejects(client({ '/v1/tries/0/proofs': [200, answer({ keys: swapped })] }).getVerifiedMany(0, keys, { version: 5 }), 'answer_mismatch');
+  });
+});
+
+// A history of trie 0 at versions 1..6 whose entries at versions 2 and 5 have root ROOT.
+const roots = [OTHER_ROOT, ROOT, OTHER_ROOT, OTHER_ROOT, ROOT, OTHER_ROOT];
+async function historyFixture() {
+  const leaves = [];
+  for (const [i, r] of roots.entries()) leaves.push(await historyLeaf(0, i + 1, r));
+  const mth = async (ls) => toHex(await historyRoot(ls));
+  async function path(m, ls) {
+    if (ls.length <= 1) return [];
+    let k = 1;
+    while (k * 2 < ls.length) k *= 2;
+    return m < k ? [...(await path(m, ls.slice(0, k))), await mth(ls.slice(k))] : [...(await path(m - k, ls.slice(k))), await mth(ls.slice(0, k))];
+  }
+  const le = (v) => {
+    const b = new Uint8Array(8);
+    new DataView(b.buffer).setBigUint64(0, BigInt(v), true);
+    return toHex(b);
+  };
+  const inclusionHex = async (index, size) => {
+    const hs = await path(index, leaves.slice(0, size));
+    return '0103' + le(index) + le(size) + toHex(Uint8Array.of(hs.length)) + hs.join('');
+  };
+  const trusted = digest(6, roots[5], 6, await mth(leaves));
+  const digestAt = async (v) => digest(v, roots[v - 1], v, await mth(leaves.slice(0, v)));
+  return { trusted, inclusionHex, digestAt };
+}
+
+describe('LetusClient.history', () => {
+  it('verifies each entry against its digest, and against a trusted digest with inclusion proofs', async () => {
+    const { trusted, inclusionHex, digestAt } = await historyFixture();
+    const entry = async (v) => ({ version: v, value: VALUE, proof_hex: inc.proof, digest: await digestAt(v) });
+    const routes = {
+      [`/v1/tries/0/keys/${KEY}/history?proofs=true&limit=10`]: [200, { tid: 0, key: KEY, entries: [await entry(5), await entry(2)] }],
+      '/v1/digest/inclusion?version=5&at=6&tid=0': [200, { tid: 0, version: 5, at: trusted, root: ROOT, proof: null, proof_hex: await inclusionHex(4, 6) }],
+      '/v1/digest/inclusion?version=2&at=6&tid=0': [200, { tid: 0, version: 2, at: trusted, root: ROOT, proof: null, proof_hex: await inclusionHex(1, 6) }],
+    };
+    const plain = await client(routes).history(0, KEY, { limit: 10 });
+    assert.deepEqual(plain.map((e) => e.version), [5n, 2n]);
+    assert.ok(plain.every((e) => !e.trusted));
+    const checked = await client(routes).history(0, KEY, { limit: 10, trustedDigest: trusted });
+    assert.ok(checked.every((e) => e.trusted && toHex(e.value) === VALUE));
+  });
+  it('rejects an entry whose root is not in the trusted history (history_root_mismatch)', async () => {
+    const { trusted, inclusionHex } = await historyFixture();
+    // the node claims ROOT at version 3, where the trusted history has another root
+    const fake = { version: 3, value: VALUE, proof_hex: inc.proof, digest: digest(3, ROOT, 3) };
+    const routes = {
+      [`/v1/tries/0/keys/${KEY}/history?proofs=true`]: [200, { tid: 0, key: KEY, entries: [fake] }],
+      '/v1/digest/inclusion?version=3&at=6&tid=0': [200, { tid: 0, version: 3, at: trusted, root: ROOT, proof_hex: await inclusionHex(2, 6) }],
+    };
+    await client(routes).history(0, KEY); // self-consistent without a trusted digest
+    await rejects(client(routes).history(0, KEY, { trustedDigest: trusted }), 'history_root_mismatch');
+  });
+  it('rejects a tampered value in an entry (root_mismatch) and entries out of order (answer_mismatch)', async () => {
+    const { digestAt } = await historyFixture();
+    const e5 = { version: 5, value: flipHex(VALUE, -1), proof_hex: inc.proof, digest: await digestAt(5) };
+    const path = `/v1/tries/0/keys/${KEY}/history?proofs=true`;
+    await rejects(client({ [path]: [200, { tid: 0, key: KEY, entries: [e5] }] }).history(0, KEY), 'root_mismatch');
+    const ok = async (v) => ({ version: v, value: VALUE, proof_hex: inc.proof, digest: await digestAt(v) });
+    await rejects(client({ [path]: [200, { tid: 0, key: KEY, entries: [await ok(2), await ok(5)] }] }).history(0, KEY), 'answer_mismatch');
+  });
+});
+
+describe('LetusClient.consistency and digests', () => {
+  const cons = vec('history.json').cases.find((c) => c.type === 'consistency' && c.valid && c.old_size === 4 && c.new_size === 13);
+  const older = digest(4, ROOT, cons.old_size, cons.old_root);
+  const newer = digest(13, OTHER_ROOT, cons.new_size, cons.new_root);
+  const route = '/v1/digest/consistency?from=4&tid=0';
+  it('accepts a newer digest that extends the trusted one', async () => {
+    const r = await client({ [route]: [200, { tid: 0, from: older, to: newer, proof_hex: cons.proof }] }).consistency(older);
+    assert.equal(r.history_root, cons.new_root);
+  });
+  it('rejects a rewritten history (history_root_mismatch)', async () => {
+    const forged = { ...newer, history_root: 'cd'.repeat(32) };
+    await rejects(client({ [route]: [200, { tid: 0, from: older, to: forged, proof_hex: cons.proof }] }).consistency(older), 'history_root_mismatch');
+    await rejects(client({ [route]: [200, { tid: 0, from: older, to: newer, proof_hex: flipHex(cons.proof, -1) }] }).consistency(older), 'history_root_mismatch');
+  });
+  it('DigestMonitor.checkConsistency accepts and rejects the same', async () => {
+    const m = new DigestMonitor();
+    assert.equal(await m.checkConsistency(older, newer, cons.proof), true);
+    await rejects(m.checkConsistency(older, { ...newer, history_len: 12 }, cons.proof), 'history_size_mismatch');
+  });
+  it('digests() feeds the monitor and throws on a fork', async () => {
+    const monitor = new DigestMonitor();
+    monitor.observe('http://other.node', digest(5, OTHER_ROOT));
+    await rejects(client({ '/v1/digest/5': [200, { version: 5, digests: [digest(5)] }] }, { monitor }).digests(5), 'fork');
+  });
+});
