@@ -56,6 +56,14 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
         .clone()
         .or_else(|| tmp.clone())
         .ok_or("no data directory")?;
+    // Run from the repository, the demo also serves the wallet page and the JS package it loads.
+    let wallet =
+        std::path::Path::new("examples/wallet").is_dir() && std::path::Path::new("js/pkg").is_dir();
+    let static_dirs = if wallet {
+        vec!["/wallet=examples/wallet".to_string(), "/js=js".to_string()]
+    } else {
+        Vec::new()
+    };
     let args = ServeArgs {
         config: None,
         data: Some(data.clone()),
@@ -63,6 +71,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
         token: None,
         max_body_bytes: None,
         page_cache_bytes: None,
+        static_dirs,
     };
     let cfg = args.resolve()?;
     let (tx, rx) = mpsc::channel();
@@ -90,6 +99,11 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
         hex(&account_key(1))
     );
     println!("  metrics:      {base}/metrics      API description: {base}/openapi.json");
+    if wallet {
+        println!("  wallet page:  {base}/wallet/index.html");
+    } else {
+        println!("  (the wallet page appears at {base}/wallet/ when run from the repository after `sh js/scripts/build.sh`)");
+    }
     println!("  write token:  {token}");
     println!("feeding a payment chain: {} accounts, {} transfers per block, 80% of them on 20% of the accounts (Ctrl-C to stop)", a.accounts, a.transfers);
 

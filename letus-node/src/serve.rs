@@ -33,6 +33,10 @@ pub struct ServeArgs {
     /// Page cache size in bytes.
     #[arg(long, env = "LETUS_PAGE_CACHE_BYTES")]
     pub page_cache_bytes: Option<u64>,
+    /// Serve a directory of static files under a URL prefix, as `PREFIX=DIR` (repeatable), e.g.
+    /// `--static /wallet=examples/wallet --static /js=js`.
+    #[arg(long = "static", value_name = "PREFIX=DIR")]
+    pub static_dirs: Vec<String>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -48,6 +52,7 @@ struct FileConfig {
 
 /// The resolved configuration.
 pub struct Config {
+    pub static_dirs: Vec<(String, PathBuf)>,
     pub data: PathBuf,
     pub listen: SocketAddr,
     pub token: Option<String>,
@@ -82,7 +87,20 @@ impl ServeArgs {
         if let Some(c) = self.page_cache_bytes.or(file.page_cache_bytes) {
             options.page_cache_bytes = c;
         }
+        let mut static_dirs = Vec::new();
+        for s in &self.static_dirs {
+            let (prefix, dir) = s
+                .split_once('=')
+                .ok_or_else(|| format!("--static `{s}`: use PREFIX=DIR"))?;
+            if !prefix.starts_with('/') || prefix.len() < 2 {
+                return Err(format!(
+                    "--static `{s}`: the prefix must start with / and name a path"
+                ));
+            }
+            static_dirs.push((prefix.to_string(), PathBuf::from(dir)));
+        }
         Ok(Config {
+            static_dirs,
             data: self
                 .data
                 .clone()
@@ -142,6 +160,7 @@ pub fn serve(
     let state = AppState {
         node: node.clone(),
         metrics: Arc::new(Metrics::new()),
+        static_dirs: cfg.static_dirs.clone(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -25,6 +25,8 @@ pub struct AppState {
     pub node: Arc<Node>,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
+    /// Static directories served as they are, `(url prefix, directory)`: the wallet page and the JS package.
+    pub static_dirs: Vec<(String, std::path::PathBuf)>,
 }
 
 /// The OpenAPI document, checked into the repository.
@@ -33,7 +35,11 @@ pub const OPENAPI: &str = include_str!("../openapi.json");
 /// The API router.
 pub fn app(state: AppState) -> Router {
     let limit = state.node.limits.max_body_bytes;
-    Router::new()
+    let mut router = Router::new();
+    for (prefix, dir) in &state.static_dirs {
+        router = router.nest_service(prefix, tower_http::services::ServeDir::new(dir));
+    }
+    router
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .route(

@@ -31,6 +31,7 @@ fn setup(limits: NodeLimits) -> T {
     let app = app(AppState {
         node: Arc::new(node),
         metrics: Arc::new(Metrics::new()),
+        static_dirs: vec![],
     });
     T { _dir: dir, app }
 }
