@@ -21,6 +21,9 @@ pub struct Options {
     pub max_key_bytes: usize,
     /// Longest value accepted.
     pub max_value_bytes: usize,
+    /// Threads that `get_many` uses to issue page and value reads concurrently. Reads wait on the device, not the
+    /// CPU, so this is larger than the number of cores: it is the I/O queue depth a block's access list can use.
+    pub read_threads: usize,
 }
 
 impl Default for Options {
@@ -35,6 +38,7 @@ impl Default for Options {
             sync: true,
             max_key_bytes: 65_535,
             max_value_bytes: 16 << 20,
+            read_threads: 32,
         }
     }
 }

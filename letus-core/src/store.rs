@@ -145,6 +145,8 @@ pub struct Store {
     vdls: Vdls,
     staged: Staged,
     poisoned: bool,
+    /// The pool `get_many` issues its reads on (see [`Options::read_threads`]).
+    read_pool: rayon::ThreadPool,
     _lock: File,
 }
 
@@ -308,7 +310,13 @@ impl Store {
                 Ok(())
             },
         )?;
+        let read_pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(opts.read_threads.max(1))
+            .thread_name(|i| format!("letus-read-{i}"))
+            .build()
+            .map_err(|e| Error::io(&dir, std::io::Error::other(e)))?;
         Ok(Store {
+            read_pool,
             engine,
             vdls,
             staged: BTreeMap::new(),
@@ -485,12 +493,16 @@ impl Store {
     ) -> Result<Vec<Option<Vec<u8>>>> {
         let root = self.engine.root_page(tid, version)?;
         Counters::add(&self.engine.counters.gets, keys.len() as u64);
-        let leaves: Vec<Option<Leaf>> = keys
-            .par_iter()
-            .map(|k| trie::get(&self.engine, tid, &root.root, 0, &KeyPath::of(k)))
-            .collect::<Result<_>>()?;
-        let locs: Vec<Location> = leaves.iter().flatten().map(|l| l.loc).collect();
-        let mut records = self.vdls.read_many(&locs).into_iter();
+        // Pages, then values, each fetched by many reads in flight at once on the read pool.
+        let (leaves, records) = self.read_pool.install(|| -> Result<_> {
+            let leaves: Vec<Option<Leaf>> = keys
+                .par_iter()
+                .map(|k| trie::get(&self.engine, tid, &root.root, 0, &KeyPath::of(k)))
+                .collect::<Result<_>>()?;
+            let locs: Vec<Location> = leaves.iter().flatten().map(|l| l.loc).collect();
+            Ok((leaves, self.vdls.read_many(&locs)))
+        })?;
+        let mut records = records.into_iter();
         let mut out = Vec::with_capacity(keys.len());
         for (leaf, key) in leaves.iter().zip(keys) {
             match leaf {
