@@ -17,6 +17,11 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wb_version"
   cargo install --locked wasm-bindgen-cli --version "$wb_version"
 fi
 
+step "Debian's chromium for the browser tests (never a downloaded browser)"
+if [ ! -x /usr/bin/chromium ]; then
+  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+fi
+
 step "python packages for the independent vector check"
 python3 -c 'import blake3' 2>/dev/null || python3 -m pip install --quiet blake3
 
@@ -37,3 +42,9 @@ cargo test --workspace
 
 step "JS package letus-verify: every vector and the verified client, in Node.js"
 sh js/scripts/test.sh
+
+step "release build of the letus binary for the browser and CLI tests"
+cargo build --release --quiet -p letus-node
+
+step "wallet page in headless Chromium against a real node and a tampering proxy"
+sh js/scripts/test-browser.sh

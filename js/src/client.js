@@ -41,7 +41,8 @@ export class LetusClient {
 
   constructor(baseUrl, { fetch: f, monitor, source } = {}) {
     this.#base = String(baseUrl).replace(/\/+$/, '');
-    this.#fetch = f || globalThis.fetch;
+    // Browsers require fetch to be called with the global object as `this`, so bind it.
+    this.#fetch = f || (typeof globalThis.fetch === 'function' ? globalThis.fetch.bind(globalThis) : undefined);
     if (typeof this.#fetch !== 'function') throw new TypeError('no fetch function available');
     this.#monitor = monitor;
     this.#source = source || this.#base;
