@@ -48,3 +48,6 @@ cargo build --release --quiet -p letus-node
 
 step "wallet page in headless Chromium against a real node and a tampering proxy"
 sh js/scripts/test-browser.sh
+
+step "audit CLI and light client against real nodes (forks, rollbacks, tampered exports)"
+sh js/scripts/test-cli.sh
