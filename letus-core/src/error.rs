@@ -65,6 +65,8 @@ pub enum Error {
     Locked(PathBuf),
     /// An earlier I/O failure left the store in a state where it must be reopened.
     Poisoned,
+    /// The caller's callback asked to stop (e.g. the client of a streamed export went away).
+    Cancelled,
 }
 
 impl Error {
@@ -121,6 +123,7 @@ impl fmt::Display for Error {
             }
             Error::Locked(p) => write!(f, "{} is in use by another process", p.display()),
             Error::Poisoned => write!(f, "an earlier write failed; reopen the store"),
+            Error::Cancelled => write!(f, "stopped by the caller"),
         }
     }
 }

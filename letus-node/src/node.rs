@@ -433,13 +433,13 @@ impl Node {
             encode_record(k, val, &mut buf);
             if buf.len() >= 64 * 1024 && !sink(std::mem::take(&mut buf)) {
                 // The client went away.
-                return Err(letus_core::Error::Poisoned);
+                return Err(letus_core::Error::Cancelled);
             }
             Ok(())
         });
         let n = match n {
             Ok(n) => n,
-            Err(letus_core::Error::Poisoned) => return Ok(0),
+            Err(letus_core::Error::Cancelled) => return Ok(0),
             Err(e) => return Err(e.into()),
         };
         buf.extend_from_slice(&encode_trailer(n));

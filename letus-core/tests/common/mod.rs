@@ -3,28 +3,22 @@
 
 use letus_core::Options;
 
-/// xorshift64*: a tiny deterministic generator, so that a failing seed can be replayed.
-pub struct Rng(pub u64);
+/// The engine's workload generator, with the helpers tests need.
+pub struct Rng(letus_core::workload::Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        Rng(letus_core::workload::Rng::new(seed))
     }
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.below(n)
     }
     pub fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
     pub fn bytes(&mut self, max_len: u64) -> Vec<u8> {
         let n = self.below(max_len + 1);
-        (0..n).map(|_| self.next() as u8).collect()
+        (0..n).map(|_| self.0.next_u64() as u8).collect()
     }
 }
 
