@@ -1,0 +1,110 @@
+//! The small interface every compared system implements, and shared helpers.
+
+use std::path::Path;
+
+use anyhow::Result;
+
+/// One block's updates: `(key, value)`, keys unique and sorted (the workload dedups a block, last write wins).
+pub type Updates = [(Vec<u8>, Vec<u8>)];
+
+/// A key-value store under test. Every call that returns `Ok` from `apply_block` must have made the block durable
+/// (fsync'd), as a blockchain node needs before it acknowledges a block.
+pub trait System {
+    /// Short name used on the command line and in reports.
+    fn name(&self) -> &'static str;
+
+    /// Applies one block as `version` (1, 2, ... strictly increasing), durably, and returns its state root (empty
+    /// for systems without one, such as plain RocksDB).
+    fn apply_block(&mut self, version: u64, updates: &Updates) -> Result<Vec<u8>>;
+
+    /// The value of `key` at the latest applied version.
+    fn get_latest(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// The value of `key` at an older `version`; `Ok(None)` when the system keeps no history (unsupported),
+    /// `Ok(Some(None))` when the key was absent then.
+    fn get_at(&mut self, version: u64, key: &[u8]) -> Result<Option<Option<Vec<u8>>>>;
+
+    /// A proof of `key`'s value at the latest version, encoded as the system would send it; `Ok(None)` when the
+    /// system cannot prove (plain RocksDB).
+    fn prove(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// Makes in-memory write buffers reach disk (memtables, MemIndexTable) so that the writes an update phase
+    /// caused are all counted; not a durability point (that is `apply_block`).
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Empties the system's own read caches, if it can; returns whether it did.
+    fn clear_caches(&mut self) -> bool {
+        false
+    }
+}
+
+/// Bytes allocated on disk under `dir` (st_blocks * 512, so preallocated sparse files count only what they use).
+pub fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                total += m.blocks() * 512;
+            }
+        }
+    }
+    total
+}
+
+/// `(read_bytes, write_bytes)` of this process from /proc/self/io: bytes that really went to or came from the
+/// storage layer (page-cache hits are not reads), all threads included.
+pub fn proc_io() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    let field = |name: &str| {
+        s.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("read_bytes:"), field("write_bytes:"))
+}
+
+/// Drops the OS page cache (root only); returns whether it could.
+pub fn drop_os_cache() -> bool {
+    let _ = std::process::Command::new("sync").status();
+    std::fs::write("/proc/sys/vm/drop_caches", "1").is_ok()
+}
+
+/// RocksDB options shared by every RocksDB-backed system, so that they differ only in what they store; and the
+/// block cache, so that it can be emptied.
+pub fn rocksdb_options(cache_bytes: usize) -> (rocksdb::Options, rocksdb::Cache) {
+    let mut o = rocksdb::Options::default();
+    o.create_if_missing(true);
+    o.set_compression_type(rocksdb::DBCompressionType::None);
+    o.increase_parallelism(2);
+    let mut b = rocksdb::BlockBasedOptions::default();
+    let cache = rocksdb::Cache::new_lru_cache(cache_bytes);
+    b.set_block_cache(&cache);
+    b.set_bloom_filter(10.0, false);
+    b.set_cache_index_and_filter_blocks(true);
+    o.set_block_based_table_factory(&b);
+    (o, cache)
+}
+
+/// Empties a RocksDB block cache (capacity 0 evicts every unpinned entry) and restores its capacity.
+pub fn clear_block_cache(cache: &mut rocksdb::Cache, cache_bytes: usize) {
+    cache.set_capacity(0);
+    cache.set_capacity(cache_bytes);
+}
+
+/// Sync writes: the block is on disk when `write` returns.
+pub fn sync_write() -> rocksdb::WriteOptions {
+    let mut w = rocksdb::WriteOptions::default();
+    w.set_sync(true);
+    w
+}
