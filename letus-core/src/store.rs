@@ -575,7 +575,11 @@ impl Store {
         version: Version,
         keys: &[&[u8]],
     ) -> Result<(Vec<Option<Vec<u8>>>, Proof)> {
-        let values = self.get_many(tid, version, keys)?;
+        // One key needs no read pool: handing a single read to other threads only adds latency.
+        let values = match keys {
+            [one] => vec![self.get(tid, version, one)?],
+            _ => self.get_many(tid, version, keys)?,
+        };
         let root = self.engine.root_page(tid, version)?;
         let mut paths: Vec<KeyPath> = keys.iter().map(|k| KeyPath::of(k)).collect();
         paths.sort();
