@@ -42,14 +42,7 @@ fn check_version(store: &Store, model: &Model, v: Version, rng: &mut Rng, keys: 
         let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
         let (values, proof) = store.get_multi_proof(tid, v, &refs).unwrap();
         assert_eq!(proof, t.prove(&refs));
-        let claims: Vec<Claim<'_>> = refs
-            .iter()
-            .zip(&values)
-            .map(|(k, v)| Claim {
-                key: k,
-                value: v.as_deref(),
-            })
-            .collect();
+        let claims = Claim::zip(&refs, &values);
         let reads = verify_multi_proof(&d.root, &claims, &proof, &Limits::default()).unwrap();
         assert_eq!(reads.entries().len(), refs.len());
     }

@@ -132,14 +132,7 @@ pub fn proof(a: ProofArgs) -> Result<ExitCode, String> {
                 .transpose()
         })
         .collect::<Result<_, _>>()?;
-    let claims: Vec<Claim<'_>> = keys
-        .iter()
-        .zip(&values)
-        .map(|(k, v)| Claim {
-            key: k,
-            value: v.as_deref(),
-        })
-        .collect();
+    let claims = Claim::zip(&keys, &values);
     let proof = Proof::decode(
         &unhex(&r.proof_hex).ok_or("bad proof hex")?,
         &Limits::default(),

@@ -210,14 +210,7 @@ async fn writes_reads_proofs_and_digests() {
         vec![Some(b"70".to_vec()), Some(b"80".to_vec()), None]
     );
     let keys = [b"alice".to_vec(), b"bob".to_vec(), b"carol".to_vec()];
-    let claims: Vec<Claim<'_>> = keys
-        .iter()
-        .zip(&values)
-        .map(|(k, v)| Claim {
-            key: k,
-            value: v.as_deref(),
-        })
-        .collect();
+    let claims = Claim::zip(&keys, &values);
     let p = Proof::decode(&unhex(&m.proof_hex).unwrap(), &Limits::default()).unwrap();
     let reads = verify_multi_proof(&m.digest.root, &claims, &p, &Limits::default()).unwrap();
     assert_eq!(reads.entries().len(), 3);

@@ -31,6 +31,21 @@ impl<'a> Claim<'a> {
     pub fn absent(key: &'a [u8]) -> Self {
         Claim { key, value: None }
     }
+
+    /// Claims from parallel lists of keys and values (`None`: absent), as an answer to a batch read carries them.
+    /// Extra entries of the longer list are ignored; callers that accept the lists from outside check the lengths.
+    pub fn zip<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        keys: &'a [K],
+        values: &'a [Option<V>],
+    ) -> Vec<Claim<'a>> {
+        keys.iter()
+            .zip(values)
+            .map(|(k, v)| Claim {
+                key: k.as_ref(),
+                value: v.as_ref().map(AsRef::as_ref),
+            })
+            .collect()
+    }
 }
 
 /// One key's value (or absence), proven against `root`.

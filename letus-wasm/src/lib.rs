@@ -60,14 +60,7 @@ pub fn verify_multi_proof(
         .iter()
         .map(|v| (!v.is_undefined() && !v.is_null()).then(|| js_sys::Uint8Array::new(v).to_vec()))
         .collect();
-    let claims: Vec<Claim<'_>> = keys
-        .iter()
-        .zip(&values)
-        .map(|(k, v)| Claim {
-            key: k,
-            value: v.as_deref(),
-        })
-        .collect();
+    let claims = Claim::zip(&keys, &values);
     let p = decode_proof(proof)?;
     letus_verify::verify_multi_proof(&root, &claims, &p, &Limits::default())
         .map(|_| ())
