@@ -116,6 +116,13 @@ struct Plan {
     tries: Vec<(TrieId, Node, Vec<PageWrite>)>,
 }
 
+/// A page write with the slot changes against its previous version and its cache weight, computed in parallel.
+struct Prepared {
+    pw: PageWrite,
+    changes: Vec<page::Change>,
+    weight: u32,
+}
+
 /// The result of [`Store::verify_full`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FullVerification {
@@ -410,8 +417,14 @@ impl Store {
 
     fn commit_staged(&mut self, version: Version, staged: Staged) -> Result<Vec<Digest>> {
         let mut writes: BTreeMap<TrieId, Vec<Write>> = BTreeMap::new();
-        for ((tid, path), (key, value)) in staged {
-            let prev = self.engine.latest_leaf(tid, &path)?.map(|l| l.loc);
+        // Each record links to the key's previous record: the latest leaves are looked up on all cores first.
+        let staged: Vec<_> = staged.into_iter().collect();
+        let engine = &self.engine;
+        let prevs: Vec<Option<Location>> = staged
+            .par_iter()
+            .map(|((tid, path), _)| Ok(engine.latest_leaf(*tid, path)?.map(|l| l.loc)))
+            .collect::<Result<_>>()?;
+        for (((tid, path), (key, value)), prev) in staged.into_iter().zip(prevs) {
             let rec = match value {
                 Some(value) => Record::Put {
                     version,
@@ -1055,9 +1068,26 @@ impl Engine {
         let mut new_roots: BTreeMap<TrieId, (Hash, Version)> = BTreeMap::new();
         for (tid, root, pages) in plan.tries {
             let mut root_version = None;
-            for pw in pages {
-                let is_root = pw.id == PageId::ROOT;
-                let v = self.persist_page(tid, pw, version)?;
+            // The per-page work that needs no engine state (slot diffs, cache weights) runs on all cores; the
+            // records are then chained and published in order.
+            let prepared: Vec<Prepared> = pages
+                .into_par_iter()
+                .map(|pw| {
+                    let changes = match &pw.old {
+                        Some(old) => page::diff_nodes(&old.root, &pw.new_root),
+                        None => page::diff(&Slots::new(), &page::slots(&pw.new_root)),
+                    };
+                    let weight = Page::weight_of(&pw.new_root);
+                    Prepared {
+                        pw,
+                        changes,
+                        weight,
+                    }
+                })
+                .collect();
+            for p in prepared {
+                let is_root = p.pw.id == PageId::ROOT;
+                let v = self.persist_page(tid, p, version)?;
                 if is_root {
                     root_version = Some(v);
                 }
@@ -1101,11 +1131,12 @@ impl Engine {
 
     /// Stores one page write as a BasePage or DeltaPage in the MemIndexTable; returns the page's version after
     /// it (the old version when nothing changed).
-    fn persist_page(&mut self, tid: TrieId, pw: PageWrite, version: Version) -> Result<Version> {
-        let changes = match &pw.old {
-            Some(old) => page::diff_nodes(&old.root, &pw.new_root),
-            None => page::diff(&Slots::new(), &page::slots(&pw.new_root)),
-        };
+    fn persist_page(&mut self, tid: TrieId, p: Prepared, version: Version) -> Result<Version> {
+        let Prepared {
+            pw,
+            changes,
+            weight,
+        } = p;
         if let Some(old) = &pw.old {
             if changes.is_empty() {
                 return Ok(old.version);
@@ -1192,7 +1223,13 @@ impl Engine {
             }
         };
         self.pages.insert(key, new_state);
-        let page = Arc::new(Page::new(pw.id, version, pw.new_root, Some(head)));
+        let page = Arc::new(Page::with_weight(
+            pw.id,
+            version,
+            pw.new_root,
+            Some(head),
+            weight,
+        ));
         // The superseded version is rarely read again (only by historical reads, which reload it); keeping the cache
         // for latest versions is what makes the next commits and reads cheap.
         if let Some(old) = &pw.old {

@@ -84,13 +84,65 @@ pub fn update<S: PageSource>(
     };
     let empty = Node::Empty;
     let root_node = root.as_ref().map_or(&empty, |p| &p.root);
-    let (new_root, _) = u.update(0, root_node, writes)?;
+    let new_root = match root_node {
+        // The usual case: the 16 subtrees below the root are independent, so they are updated on all cores.
+        Node::Branch(b) => {
+            let (children, pages) =
+                update_children_parallel(src, tid, version, &b.children, writes)?;
+            u.pages = pages;
+            Node::normalize(children)
+        }
+        _ => u.update(0, root_node, writes)?.0,
+    };
     u.pages.push(PageWrite {
         id: PageId::ROOT,
         old: root,
         new_root: new_root.clone(),
     });
     Ok((new_root, u.pages))
+}
+
+/// The root branch's children after `writes` (sorted), each child's subtree updated by its own [`Updater`] on the
+/// rayon pool; the pages written, in the order a serial update would list them (child pages before parents).
+fn update_children_parallel<S: PageSource>(
+    src: &S,
+    tid: TrieId,
+    version: Version,
+    children: &[Node; 16],
+    writes: &[Write],
+) -> Result<([Node; 16], Vec<PageWrite>)> {
+    use rayon::prelude::*;
+    let mut groups: Vec<(usize, &[Write])> = Vec::with_capacity(16);
+    let mut rest = writes;
+    while let Some(w) = rest.first() {
+        let c = w.path.nibble(0);
+        let n = rest.iter().take_while(|w| w.path.nibble(0) == c).count();
+        let (group, tail) = rest.split_at(n);
+        groups.push((usize::from(c), group));
+        rest = tail;
+    }
+    let done: Vec<Result<(usize, Node, Vec<PageWrite>)>> = groups
+        .into_par_iter()
+        .map(|(c, group)| {
+            let mut u = Updater {
+                src,
+                tid,
+                version,
+                pages: Vec::new(),
+            };
+            // Depth 1 is odd: the child stays inline in the root page, so there is nothing to wrap.
+            let (raw, _) = u.update(1, &children[c], group)?;
+            Ok((c, raw, u.pages))
+        })
+        .collect();
+    let mut out = children.clone();
+    let mut pages = Vec::new();
+    for d in done {
+        let (c, node, p) = d?;
+        out[c] = node;
+        pages.extend(p);
+    }
+    Ok((out, pages))
 }
 
 impl<S: PageSource> Updater<'_, S> {

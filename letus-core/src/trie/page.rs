@@ -83,8 +83,23 @@ pub struct Head {
 impl Page {
     /// A page, with its weight computed.
     pub fn new(id: PageId, version: Version, root: Node, head: Option<Head>) -> Page {
-        let weight =
-            (std::mem::size_of::<Page>() + root.heap_bytes()).min(u32::MAX as usize) as u32;
+        let weight = Page::weight_of(&root);
+        Page::with_weight(id, version, root, head, weight)
+    }
+
+    /// The cache weight of a page whose root is `root`.
+    pub fn weight_of(root: &Node) -> u32 {
+        (std::mem::size_of::<Page>() + root.heap_bytes()).min(u32::MAX as usize) as u32
+    }
+
+    /// A page whose weight [`Page::weight_of`] was computed beforehand (on another thread).
+    pub fn with_weight(
+        id: PageId,
+        version: Version,
+        root: Node,
+        head: Option<Head>,
+        weight: u32,
+    ) -> Page {
         Page {
             id,
             version,
