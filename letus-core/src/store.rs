@@ -1174,15 +1174,11 @@ impl Engine {
                         updates: n,
                     },
                 };
-                let rec = PageRecord::Delta {
-                    first_version: active.first_version,
-                    since_base: since,
-                    prev: active.prev,
-                    entries: active.entries.clone(),
-                };
+                let bytes =
+                    page::encode_delta(active.first_version, since, active.prev, &active.entries);
                 self.mem_insert(
                     PageKey::new(tid, pw.id, active.first_version, PageKind::Delta),
-                    rec.encode(),
+                    bytes,
                     version,
                 );
                 head = Head {

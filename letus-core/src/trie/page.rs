@@ -348,6 +348,49 @@ pub enum Record {
     },
 }
 
+/// The bytes of a DeltaPage record, from borrowed entries (the store encodes its growing active delta at every
+/// commit without copying the entries into a [`Record`]).
+pub fn encode_delta(
+    first_version: Version,
+    since_base: u32,
+    prev: Option<(Version, PageKind)>,
+    entries: &[(Version, Vec<Change>)],
+) -> Vec<u8> {
+    let cells: usize = entries.iter().map(|(_, c)| c.len() + 1).sum();
+    let mut out = Vec::with_capacity(32 + cells * (3 + LEAF_LEN));
+    out.push(FORMAT);
+    encode_delta_into(&mut out, first_version, since_base, prev, entries);
+    out
+}
+
+fn encode_delta_into(
+    out: &mut Vec<u8>,
+    first_version: Version,
+    since_base: u32,
+    prev: Option<(Version, PageKind)>,
+    entries: &[(Version, Vec<Change>)],
+) {
+    out.push(1);
+    out.extend_from_slice(&first_version.to_le_bytes());
+    out.extend_from_slice(&since_base.to_le_bytes());
+    match prev {
+        Some((v, k)) => {
+            out.push(1);
+            out.extend_from_slice(&v.to_le_bytes());
+            out.push(k as u8);
+        }
+        None => out.push(0),
+    }
+    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    for (v, changes) in entries {
+        out.extend_from_slice(&v.to_le_bytes());
+        out.extend_from_slice(&(changes.len() as u16).to_le_bytes());
+        for (s, c) in changes {
+            put_cell(out, *s, c.as_ref());
+        }
+    }
+}
+
 fn put_cell(out: &mut Vec<u8>, slot: u16, cell: Option<&Cell>) {
     out.extend_from_slice(&slot.to_le_bytes());
     match cell {
@@ -397,27 +440,7 @@ impl Record {
                 since_base,
                 prev,
                 entries,
-            } => {
-                out.push(1);
-                out.extend_from_slice(&first_version.to_le_bytes());
-                out.extend_from_slice(&since_base.to_le_bytes());
-                match prev {
-                    Some((v, k)) => {
-                        out.push(1);
-                        out.extend_from_slice(&v.to_le_bytes());
-                        out.push(*k as u8);
-                    }
-                    None => out.push(0),
-                }
-                out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
-                for (v, changes) in entries {
-                    out.extend_from_slice(&v.to_le_bytes());
-                    out.extend_from_slice(&(changes.len() as u16).to_le_bytes());
-                    for (s, c) in changes {
-                        put_cell(&mut out, *s, c.as_ref());
-                    }
-                }
-            }
+            } => encode_delta_into(&mut out, *first_version, *since_base, *prev, entries),
         }
         out
     }
