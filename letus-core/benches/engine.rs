@@ -44,12 +44,13 @@ fn main() {
     let mut opts = Options::default();
     opts.delta_threshold = arg("--td", u64::from(opts.delta_threshold)) as u32;
     opts.base_threshold = arg("--tb", u64::from(opts.base_threshold)) as u32;
+    opts.max_delta_chain = arg("--chain", u64::from(opts.max_delta_chain)) as u32;
     let dir = tempfile::tempdir_in(std::env::var("LETUS_BENCH_DIR").unwrap_or_else(|_| ".".into()))
         .expect("temp dir");
     let mut store = Store::open(dir.path(), opts.clone()).expect("open");
     println!(
-        "keys {keys}, versions {versions} x {updates} updates, Td {} Tb {}",
-        opts.delta_threshold, opts.base_threshold
+        "keys {keys}, versions {versions} x {updates} updates, Td {} Tb {}, max delta chain {}",
+        opts.delta_threshold, opts.base_threshold, opts.max_delta_chain
     );
 
     // Load: 50k keys per version.

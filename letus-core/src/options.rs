@@ -11,6 +11,10 @@ pub struct Options {
     pub delta_threshold: u32,
     /// `Tb`: slot updates after which a page writes a BasePage checkpoint.
     pub base_threshold: u32,
+    /// Most DeltaPage records chained after a BasePage. A page changed by few updates per flush interval would
+    /// otherwise chain one small DeltaPage per index file until `Tb` updates accumulate, and a cold load would
+    /// read them all; when the chain is full, the next change writes a BasePage instead.
+    pub max_delta_chain: u32,
     /// Bytes of page records held in the MemIndexTable before it is flushed as an index file.
     pub memtable_bytes: usize,
     /// Size after which the value log starts a new data file.
@@ -33,6 +37,7 @@ impl Default for Options {
             block_cache_bytes: 64 << 20,
             delta_threshold: 128,
             base_threshold: 256,
+            max_delta_chain: 8,
             memtable_bytes: 64 << 20,
             vdls_file_bytes: 256 << 20,
             sync: true,

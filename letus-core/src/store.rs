@@ -70,6 +70,8 @@ struct PageState {
     last: (Version, PageKind),
     /// Slot updates since the last BasePage.
     since_base: u32,
+    /// Stored records from `last` back to its BasePage, both included.
+    chain: u32,
     /// The DeltaPage still growing in the MemIndexTable, if any.
     active: Option<ActiveDelta>,
 }
@@ -920,12 +922,13 @@ impl Engine {
             Error::corrupt(path, 0, format!("page record {id:?} of trie {tid}: {why}"))
         };
         let head_rec = PageRecord::decode(&bytes).map_err(|w| bad(&path, w))?;
-        let head = match &head_rec {
+        let mut head = match &head_rec {
             PageRecord::Base { since_base, .. } => Head {
                 key_version: head_key.version,
                 kind: PageKind::Base,
                 since_base: *since_base,
                 delta_updates: 0,
+                chain: 1,
             },
             PageRecord::Delta {
                 since_base,
@@ -936,6 +939,7 @@ impl Engine {
                 kind: PageKind::Delta,
                 since_base: *since_base,
                 delta_updates: entries.iter().map(|(_, c)| c.len() as u32).sum(),
+                chain: 1,
             },
         };
         // Walk back to the base; the chain is bounded by Tb updates, and a cycle would be corruption.
@@ -984,6 +988,7 @@ impl Engine {
             ));
         }
         let root = page::from_slots(&id, &slots).map_err(|w| bad(&path, w))?;
+        head.chain = u32::try_from(chain.len()).unwrap_or(u32::MAX);
         Ok(Page::new(id, version, root, Some(head)))
     }
 
@@ -1152,28 +1157,39 @@ impl Engine {
                 old.head.map(|h| PageState {
                     last: (h.key_version, h.kind),
                     since_base: h.since_base,
+                    chain: h.chain,
                     active: None,
                 })
             }),
         };
         let n = changes.len() as u32;
         let head;
-        let new_state = match state {
-            Some(mut s) if s.since_base + n < self.opts.base_threshold => {
-                let since = s.since_base + n;
-                let active = match s.active.take() {
-                    Some(mut a) if a.updates + n <= self.opts.delta_threshold => {
-                        a.entries.push((version, changes));
-                        a.updates += n;
-                        a
-                    }
-                    _ => ActiveDelta {
+        // A delta continues the active DeltaPage while it has room for Td updates, or starts a new one while the
+        // chain has room; otherwise (and for a new page, or Tb updates after the last BasePage) a BasePage.
+        let delta = match state {
+            Some(mut s) if s.since_base + n < self.opts.base_threshold => match s.active.take() {
+                Some(mut a) if a.updates + n <= self.opts.delta_threshold => {
+                    a.entries.push((version, changes));
+                    a.updates += n;
+                    Some((s, a))
+                }
+                _ if s.chain <= self.opts.max_delta_chain => {
+                    let a = ActiveDelta {
                         first_version: version,
                         prev: Some(s.last),
                         entries: vec![(version, changes)],
                         updates: n,
-                    },
-                };
+                    };
+                    s.chain += 1;
+                    Some((s, a))
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let new_state = match delta {
+            Some((s, active)) => {
+                let since = s.since_base + n;
                 let bytes =
                     page::encode_delta(active.first_version, since, active.prev, &active.entries);
                 self.mem_insert(
@@ -1186,10 +1202,12 @@ impl Engine {
                     kind: PageKind::Delta,
                     since_base: since,
                     delta_updates: active.updates,
+                    chain: s.chain,
                 };
                 PageState {
                     last: (active.first_version, PageKind::Delta),
                     since_base: since,
+                    chain: s.chain,
                     active: Some(active),
                 }
             }
@@ -1210,10 +1228,12 @@ impl Engine {
                     kind: PageKind::Base,
                     since_base: 0,
                     delta_updates: 0,
+                    chain: 1,
                 };
                 PageState {
                     last: (version, PageKind::Base),
                     since_base: 0,
+                    chain: 1,
                     active: None,
                 }
             }

@@ -167,3 +167,64 @@ fn many_keys_deep_pages() {
         },
     );
 }
+
+#[test]
+fn random_workloads_short_delta_chains() {
+    // Large Td/Tb with a flush every few commits: the chain cap, not Tb, decides when BasePages are written.
+    for (seed, chain) in [(11, 0), (12, 1), (13, 2)] {
+        run(
+            seed,
+            40,
+            300,
+            Options {
+                delta_threshold: 1_000,
+                base_threshold: 10_000,
+                memtable_bytes: 4 * 1024,
+                max_delta_chain: chain,
+                ..small_options()
+            },
+        );
+    }
+}
+
+#[test]
+fn a_cold_page_load_reads_at_most_the_chain_cap() {
+    // One page changed at every version and a flush after every commit: without the cap its chain would grow by
+    // one DeltaPage per index file.
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        delta_threshold: 1_000,
+        base_threshold: 10_000,
+        memtable_bytes: 1,
+        max_delta_chain: 3,
+        ..small_options()
+    };
+    let mut store = Store::open(dir.path(), opts.clone()).unwrap();
+    for v in 1..=30u64 {
+        store.put(0, b"alice", &v.to_le_bytes()).unwrap();
+        store.put(0, b"bob", &(v * 2).to_le_bytes()).unwrap();
+        store.commit(v).unwrap();
+    }
+    for reopen in [false, true] {
+        if reopen {
+            store.close().unwrap();
+            store = Store::open(dir.path(), opts.clone()).unwrap();
+        }
+        store.clear_caches();
+        let before = store.metrics();
+        assert_eq!(
+            store.get(0, 30, b"alice").unwrap(),
+            Some(30u64.to_le_bytes().to_vec())
+        );
+        let reads = store.metrics().page_reads - before.page_reads;
+        assert!(
+            (1..=4).contains(&reads),
+            "a cold load of the root page read {reads} page records (cap: 1 BasePage + 3 DeltaPages)"
+        );
+        // Older versions still read back through their own chains.
+        assert_eq!(
+            store.get(0, 7, b"bob").unwrap(),
+            Some(14u64.to_le_bytes().to_vec())
+        );
+    }
+}

@@ -78,6 +78,8 @@ pub struct Head {
     pub since_base: u32,
     /// Slot updates in this record when it is a DeltaPage.
     pub delta_updates: u32,
+    /// Stored records from this one back to its BasePage, both included: what a load of the page reads.
+    pub chain: u32,
 }
 
 impl Page {
