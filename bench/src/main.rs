@@ -1,6 +1,7 @@
 //! `letus-bench`: letus against plain RocksDB, Ethereum's MPT on RocksDB, JMT on RocksDB and NOMT on the same
 //! workload. See README.md.
 
+mod plot;
 mod system;
 mod systems;
 mod workload;
@@ -65,10 +66,68 @@ struct Args {
     /// Keep each system's data directory after its run.
     #[arg(long)]
     keep_data: bool,
+    /// Blocks per point of the throughput-over-time and space-over-time series.
+    #[arg(long, default_value_t = 25)]
+    sample_every: u64,
+    /// Access lists (blocks of the same workload, not yet applied) loaded serially and in parallel, each from a
+    /// cold start (store reopened, OS page cache dropped).
+    #[arg(long, default_value_t = 5)]
+    access_blocks: u64,
+    /// Cache sizes of the I/Os-per-get study, as fractions of each system's store size on disk.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0,0.001,0.003,0.01,0.03,0.1,0.3"
+    )]
+    sweep: Vec<f64>,
+    /// Gets measured at each cache size (after a warm-up of max(20,000, 2 x fraction x accounts) gets).
+    #[arg(long, default_value_t = 10_000)]
+    sweep_gets: u64,
+    /// letus' `Options::max_delta_chain` (default: letus' default).
+    #[arg(long)]
+    letus_max_delta_chain: Option<u32>,
+    /// Systems in the I/Os-per-get study: those whose reads are system calls on the calling thread (letus and
+    /// the RocksDB-based ones; NOMT reads through io_uring, which a thread's read count does not see).
+    #[arg(long, value_delimiter = ',', default_value = "letus,rocksdb,mpt,jmt")]
+    sweep_systems: Vec<String>,
+}
+
+/// One point of the series over time.
+#[derive(Serialize, Debug, Default, Clone)]
+struct Sample {
+    /// Version (block number, load blocks included) at the end of the window.
+    version: u64,
+    /// `true` for the load phase.
+    load: bool,
+    /// Committed updates per second of commit time over the window.
+    updates_per_sec: f64,
+    disk_bytes: u64,
+}
+
+/// Serial against parallel loading of a block's access list from a cold start.
+#[derive(Serialize, Debug, Default, Clone)]
+struct AccessList {
+    blocks: u64,
+    keys_per_block: f64,
+    serial_ms: f64,
+    parallel_ms: f64,
+    speedup: f64,
+    serial_disk_bytes_per_key: f64,
+    parallel_disk_bytes_per_key: f64,
+}
+
+/// One cache size of the I/Os-per-get study.
+#[derive(Serialize, Debug, Default, Clone)]
+struct SweepPoint {
+    fraction: f64,
+    cache_bytes: u64,
+    ios_per_get: f64,
+    disk_bytes_per_get: f64,
+    gets_per_sec: f64,
 }
 
 #[derive(Serialize, Debug, Default, Clone)]
-struct Result1 {
+pub struct Result1 {
     system: String,
     workload: String,
     accounts: u64,
@@ -82,6 +141,10 @@ struct Result1 {
     disk_bytes: u64,
     disk_bytes_per_account: f64,
     warm_gets_per_sec: f64,
+    /// Read system calls per warm get (the calling thread's; see `thread_read_calls`).
+    warm_ios_per_get: f64,
+    /// Read system calls per cold get.
+    cold_ios_per_get: f64,
     cold_caches_cleared: bool,
     os_cache_dropped: bool,
     cold_get_ms: f64,
@@ -94,12 +157,19 @@ struct Result1 {
     /// Hash of the values the warm reads returned: equal across systems when they store the same state.
     read_checksum: String,
     history_checksum: Option<String>,
+    series: Vec<Sample>,
+    access_list: Option<AccessList>,
+    sweep: Vec<SweepPoint>,
 }
 
 fn open(name: &str, dir: &Path, args: &Args) -> Result<Box<dyn System>> {
     let cache = args.cache_mib << 20;
     Ok(match name {
-        "letus" => Box::new(systems::letus::Letus::open(dir, cache)?),
+        "letus" => Box::new(systems::letus::Letus::open(
+            dir,
+            cache,
+            args.letus_max_delta_chain,
+        )?),
         "rocksdb" => Box::new(systems::rocks::Rocks::open(dir, cache)?),
         "mpt" => Box::new(systems::mpt::Mpt::open(dir, cache)?),
         "jmt" => Box::new(systems::jmt_rocks::Jmt::open(dir, cache)?),
@@ -136,6 +206,7 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let mut sys = open(name, &dir, args).with_context(|| format!("opening {name}"))?;
+    let cache_bytes = args.cache_mib << 20;
     debug_assert_eq!(sys.name(), name);
     let mut w = Workload::new(args.workload, args.accounts, args.txs, 0x5eed);
     let mut r = Result1 {
@@ -152,7 +223,14 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
     let loads: Vec<_> = w.load_blocks(args.load_block).collect();
     for b in loads {
         version += 1;
+        let t = Instant::now();
         sys.apply_block(version, &b)?;
+        r.series.push(Sample {
+            version,
+            load: true,
+            updates_per_sec: b.len() as f64 / t.elapsed().as_secs_f64(),
+            disk_bytes: disk_bytes(&dir),
+        });
     }
     sys.flush()?;
     r.load_secs = t.elapsed().as_secs_f64();
@@ -168,7 +246,9 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
     let mut updates = 0u64;
     let mut root = Vec::new();
     let first_measured = version + 1;
-    for _ in 0..args.blocks {
+    let (mut win_updates, mut win_busy) = (0u64, Duration::ZERO);
+    let progress = args.blocks.div_ceil(10).max(1);
+    for i in 0..args.blocks {
         let b = w.next_block();
         updates += b.len() as u64;
         version += 1;
@@ -177,6 +257,25 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
         let d = t.elapsed();
         busy += d;
         lat.push(d);
+        win_updates += b.len() as u64;
+        win_busy += d;
+        if (i + 1) % args.sample_every.max(1) == 0 || i + 1 == args.blocks {
+            r.series.push(Sample {
+                version,
+                load: false,
+                updates_per_sec: win_updates as f64 / win_busy.as_secs_f64(),
+                disk_bytes: disk_bytes(&dir),
+            });
+            (win_updates, win_busy) = (0, Duration::ZERO);
+        }
+        if (i + 1) % progress == 0 {
+            eprintln!(
+                "[{name}] block {}/{}: {:.0} updates/s so far",
+                i + 1,
+                args.blocks,
+                updates as f64 / busy.as_secs_f64()
+            );
+        }
     }
     sys.flush()?;
     let (_, w1) = proc_io();
@@ -201,6 +300,7 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
     }
     let mut reads = Workload::new(args.workload, args.accounts, 1, 0xbeef);
     let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let c0 = system::thread_read_calls();
     let t = Instant::now();
     for _ in 0..args.gets {
         let v = sys.get_latest(&reads.random_key())?;
@@ -210,28 +310,33 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
         checksum(&mut h, &v);
     }
     r.warm_gets_per_sec = args.gets as f64 / t.elapsed().as_secs_f64();
+    r.warm_ios_per_get =
+        system::thread_read_calls().saturating_sub(c0) as f64 / args.gets.max(1) as f64;
     r.read_checksum = format!("{h:016x}");
 
-    // Cold reads: the system's own caches cleared before every get (where it lets us), the OS page cache dropped
-    // once before the batch (root only).
-    r.cold_caches_cleared = sys.clear_caches();
-    r.os_cache_dropped = drop_os_cache();
-    let (r0, _) = proc_io();
-    let mut cold = Duration::ZERO;
-    for _ in 0..args.cold_gets {
-        sys.clear_caches();
-        let k = reads.random_key();
-        let t = Instant::now();
-        sys.get_latest(&k)?;
-        cold += t.elapsed();
+    // Proofs at the latest version.
+    let mut reads = Workload::new(args.workload, args.accounts, 1, 0xfeed);
+    let mut bytes = 0u64;
+    let t = Instant::now();
+    let mut supported = true;
+    for _ in 0..args.proofs {
+        match sys.prove(&reads.random_key())? {
+            Some(p) => bytes += p.len() as u64,
+            None => {
+                supported = false;
+                break;
+            }
+        }
     }
-    let (r1, _) = proc_io();
-    r.cold_get_ms = cold.as_secs_f64() * 1e3 / args.cold_gets.max(1) as f64;
-    r.cold_disk_bytes_read_per_get = r1.saturating_sub(r0) as f64 / args.cold_gets.max(1) as f64;
-    eprintln!(
-        "[{name}] reads: warm {:.0} gets/s; cold {:.3} ms/get, {:.0} disk bytes read/get (caches cleared: {}, OS cache dropped: {})",
-        r.warm_gets_per_sec, r.cold_get_ms, r.cold_disk_bytes_read_per_get, r.cold_caches_cleared, r.os_cache_dropped
-    );
+    if supported && args.proofs > 0 {
+        r.proofs_per_sec = Some(args.proofs as f64 / t.elapsed().as_secs_f64());
+        r.proof_bytes_mean = Some(bytes as f64 / args.proofs as f64);
+        eprintln!(
+            "[{name}] proofs: {:.0}/s, {:.0} bytes mean",
+            r.proofs_per_sec.unwrap(),
+            r.proof_bytes_mean.unwrap()
+        );
+    }
 
     // Historical reads.
     let back = args
@@ -261,28 +366,35 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
         );
     }
 
-    // Proofs at the latest version.
-    let mut reads = Workload::new(args.workload, args.accounts, 1, 0xfeed);
-    let mut bytes = 0u64;
-    let t = Instant::now();
-    let mut supported = true;
-    for _ in 0..args.proofs {
-        match sys.prove(&reads.random_key())? {
-            Some(p) => bytes += p.len() as u64,
-            None => {
-                supported = false;
-                break;
-            }
-        }
+    // Cold reads: the system reopened (a restarted node), its own caches cleared before every get (NOMT, which has
+    // no such call, is reopened before every get), the OS page cache dropped once before the batch (root only).
+    sys.reopen(cache_bytes)?;
+    r.cold_caches_cleared = sys.clear_caches();
+    r.os_cache_dropped = drop_os_cache();
+    let (r0, _) = proc_io();
+    let mut cold = Duration::ZERO;
+    let mut calls = 0;
+    for _ in 0..args.cold_gets {
+        sys.clear_caches();
+        let k = reads.random_key();
+        let c0 = system::thread_read_calls();
+        let t = Instant::now();
+        sys.get_latest(&k)?;
+        cold += t.elapsed();
+        calls += system::thread_read_calls().saturating_sub(c0);
     }
-    if supported && args.proofs > 0 {
-        r.proofs_per_sec = Some(args.proofs as f64 / t.elapsed().as_secs_f64());
-        r.proof_bytes_mean = Some(bytes as f64 / args.proofs as f64);
-        eprintln!(
-            "[{name}] proofs: {:.0}/s, {:.0} bytes mean",
-            r.proofs_per_sec.unwrap(),
-            r.proof_bytes_mean.unwrap()
-        );
+    let (r1, _) = proc_io();
+    r.cold_ios_per_get = calls as f64 / args.cold_gets.max(1) as f64;
+    r.cold_get_ms = cold.as_secs_f64() * 1e3 / args.cold_gets.max(1) as f64;
+    r.cold_disk_bytes_read_per_get = r1.saturating_sub(r0) as f64 / args.cold_gets.max(1) as f64;
+    eprintln!(
+        "[{name}] reads: warm {:.0} gets/s; cold {:.3} ms/get, {:.0} disk bytes read/get (caches cleared: {}, OS cache dropped: {})",
+        r.warm_gets_per_sec, r.cold_get_ms, r.cold_disk_bytes_read_per_get, r.cold_caches_cleared, r.os_cache_dropped
+    );
+
+    r.access_list = Some(access_lists(&mut *sys, args, cache_bytes)?);
+    if args.sweep_systems.iter().any(|s| s == name) {
+        r.sweep = cache_sweep(&mut *sys, args, r.disk_bytes)?;
     }
 
     drop(sys);
@@ -290,6 +402,102 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(r)
+}
+
+/// Loads `args.access_blocks` access lists (the keys of blocks drawn from the same workload with another seed),
+/// each twice from a cold start: one get after another, then all at once with `get_many`.
+fn access_lists(sys: &mut dyn System, args: &Args, cache_bytes: usize) -> Result<AccessList> {
+    let name = sys.name();
+    let mut w = Workload::new(args.workload, args.accounts, args.txs, 0xacce55);
+    let (mut serial, mut parallel) = (Duration::ZERO, Duration::ZERO);
+    let (mut serial_bytes, mut parallel_bytes, mut keys_total) = (0u64, 0u64, 0u64);
+    for _ in 0..args.access_blocks {
+        let keys: Vec<Vec<u8>> = w.next_block().into_iter().map(|(k, _)| k).collect();
+        keys_total += keys.len() as u64;
+
+        sys.reopen(cache_bytes)?;
+        drop_os_cache();
+        let (r0, _) = proc_io();
+        let t = Instant::now();
+        let mut one_by_one = Vec::with_capacity(keys.len());
+        for k in &keys {
+            one_by_one.push(sys.get_latest(k)?);
+        }
+        serial += t.elapsed();
+        let (r1, _) = proc_io();
+        serial_bytes += r1.saturating_sub(r0);
+
+        sys.reopen(cache_bytes)?;
+        drop_os_cache();
+        let (r0, _) = proc_io();
+        let t = Instant::now();
+        let all = sys.get_many(&keys)?;
+        parallel += t.elapsed();
+        let (r1, _) = proc_io();
+        parallel_bytes += r1.saturating_sub(r0);
+        if all != one_by_one {
+            bail!("{name}: get_many returned other values than serial gets");
+        }
+    }
+    let n = args.access_blocks.max(1) as f64;
+    let keys = keys_total.max(1) as f64;
+    let a = AccessList {
+        blocks: args.access_blocks,
+        keys_per_block: keys_total as f64 / n,
+        serial_ms: serial.as_secs_f64() * 1e3 / n,
+        parallel_ms: parallel.as_secs_f64() * 1e3 / n,
+        speedup: serial.as_secs_f64() / parallel.as_secs_f64().max(1e-9),
+        serial_disk_bytes_per_key: serial_bytes as f64 / keys,
+        parallel_disk_bytes_per_key: parallel_bytes as f64 / keys,
+    };
+    eprintln!(
+        "[{name}] access list of {:.0} keys from a cold start: serial {:.1} ms, parallel {:.1} ms ({:.1}x)",
+        a.keys_per_block, a.serial_ms, a.parallel_ms, a.speedup
+    );
+    Ok(a)
+}
+
+/// I/Os per get against the cache size: for each fraction of the store's size, the system is reopened with that
+/// cache budget, warmed up with uniform random gets, and then the read system calls of the measured gets counted.
+fn cache_sweep(sys: &mut dyn System, args: &Args, store_bytes: u64) -> Result<Vec<SweepPoint>> {
+    let name = sys.name();
+    let mut out = Vec::new();
+    for &f in &args.sweep {
+        let cache = (store_bytes as f64 * f) as usize;
+        sys.reopen(cache)?;
+        let warm = (2.0 * f * args.accounts as f64).max(20_000.0) as u64;
+        let mut reads = Workload::new(args.workload, args.accounts, 1, 0x5eee9);
+        for _ in 0..warm {
+            sys.get_latest(&reads.random_key())?;
+        }
+        let c0 = system::thread_read_calls();
+        let (r0, _) = proc_io();
+        let t = Instant::now();
+        for _ in 0..args.sweep_gets {
+            sys.get_latest(&reads.random_key())?;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let (r1, _) = proc_io();
+        let c1 = system::thread_read_calls();
+        let gets = args.sweep_gets.max(1) as f64;
+        let p = SweepPoint {
+            fraction: f,
+            cache_bytes: cache as u64,
+            ios_per_get: c1.saturating_sub(c0) as f64 / gets,
+            disk_bytes_per_get: r1.saturating_sub(r0) as f64 / gets,
+            gets_per_sec: gets / secs,
+        };
+        eprintln!(
+            "[{name}] cache {:.1}% of the store ({} MiB): {:.2} I/Os per get, {:.0} gets/s",
+            f * 100.0,
+            cache >> 20,
+            p.ios_per_get,
+            p.gets_per_sec
+        );
+        out.push(p);
+    }
+    sys.reopen(args.cache_mib << 20)?;
+    Ok(out)
 }
 
 /// The markdown report: raw figures, then letus / peer ratios.
@@ -301,11 +509,11 @@ fn markdown(args: &Args, results: &[Result1], failures: &BTreeMap<String, String
         args.workload, args.accounts, args.load_block, args.blocks, args.txs, args.cache_mib
     );
     let opt = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.0}"));
-    s += "| system | updates/s | commit p50 ms | commit p99 ms | bytes written/update | disk bytes/account | warm gets/s | cold ms/get | cold disk bytes/get | historical gets/s | proofs/s | proof bytes |\n";
-    s += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    s += "| system | updates/s | commit p50 ms | commit p99 ms | bytes written/update | disk bytes/account | warm gets/s | warm I/Os/get | cold ms/get | cold I/Os/get | cold disk bytes/get | historical gets/s | proofs/s | proof bytes |\n";
+    s += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for r in results {
         s += &format!(
-            "| {} | {:.0} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {:.3} | {:.0} | {} | {} | {} |\n",
+            "| {} | {:.0} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {:.2} | {:.3} | {:.2} | {:.0} | {} | {} | {} |\n",
             r.system,
             r.updates_per_sec,
             r.commit_p50_ms,
@@ -313,7 +521,9 @@ fn markdown(args: &Args, results: &[Result1], failures: &BTreeMap<String, String
             r.bytes_written_per_update,
             r.disk_bytes_per_account,
             r.warm_gets_per_sec,
+            r.warm_ios_per_get,
             r.cold_get_ms,
+            r.cold_ios_per_get,
             r.cold_disk_bytes_read_per_get,
             opt(r.history_gets_per_sec),
             opt(r.proofs_per_sec),
@@ -352,6 +562,46 @@ fn markdown(args: &Args, results: &[Result1], failures: &BTreeMap<String, String
             );
         }
     }
+    s += "\n## Access list of one block from a cold start: serial gets against parallel\n\n";
+    s += "Store reopened and OS page cache dropped before each load; letus uses `Store::get_many`, the peers the same \
+          gets on 32 threads.\n\n";
+    s += "| system | keys | serial ms | parallel ms | speedup | disk bytes/key serial | disk bytes/key parallel |\n";
+    s += "|---|---:|---:|---:|---:|---:|---:|\n";
+    for r in results {
+        if let Some(a) = &r.access_list {
+            s += &format!(
+                "| {} | {:.0} | {:.1} | {:.1} | {:.1}x | {:.0} | {:.0} |\n",
+                r.system,
+                a.keys_per_block,
+                a.serial_ms,
+                a.parallel_ms,
+                a.speedup,
+                a.serial_disk_bytes_per_key,
+                a.parallel_disk_bytes_per_key
+            );
+        }
+    }
+    if results.iter().any(|r| !r.sweep.is_empty()) {
+        s += "\n## I/Os per get against cache size\n\nRead system calls per uniform random get at the latest version, \
+              after a warm-up, with the cache budget set to a fraction of the system's store size on disk.\n\n";
+        let fr: Vec<f64> = args.sweep.clone();
+        s += "| system |";
+        for f in &fr {
+            s += &format!(" {}% |", f * 100.0);
+        }
+        s += "\n|---|";
+        s += &"---:|".repeat(fr.len());
+        s += "\n";
+        for r in results.iter().filter(|r| !r.sweep.is_empty()) {
+            s += &format!("| {} |", r.system);
+            for p in &r.sweep {
+                s += &format!(" {:.2} |", p.ios_per_get);
+            }
+            s += "\n";
+        }
+    }
+    s += "\nCharts: [throughput over time](throughput.svg), [disk space over time](space.svg), \
+          [I/Os per get against cache size](ios_per_get.svg).\n";
     s += "\nRead checksums (equal = same state read back): ";
     s += &results
         .iter()
@@ -392,6 +642,10 @@ fn main() -> Result<()> {
             args.out.join("results.md"),
             markdown(&args, &results, &failures),
         )?;
+        let load_blocks = args.accounts.div_ceil(args.load_block.max(1));
+        plot::throughput(&results, load_blocks, &args.out.join("throughput.svg"))?;
+        plot::space(&results, &args.out.join("space.svg"))?;
+        plot::ios_per_get(&results, &args.out.join("ios_per_get.svg"))?;
     }
     print!("{}", markdown(&args, &results, &failures));
     Ok(())

@@ -38,6 +38,62 @@ pub trait System {
     fn clear_caches(&mut self) -> bool {
         false
     }
+
+    /// Closes and reopens the system on its data with a read-cache budget of `cache_bytes`: the state of a node
+    /// that just restarted (nothing of the store in the process's memory).
+    fn reopen(&mut self, cache_bytes: usize) -> Result<()>;
+
+    /// The values of `keys` at the latest version, fetched with many reads in flight at once (a block's access
+    /// list). letus uses `Store::get_many`; the peers have no such call, so their gets run on
+    /// [`PARALLEL_READERS`] threads, as a node would do for them.
+    fn get_many(&mut self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>>;
+}
+
+/// Threads the peers' parallel reads use: the queue depth letus' read pool has by default.
+pub const PARALLEL_READERS: usize = 32;
+
+/// `get` applied to every key on [`PARALLEL_READERS`] threads; results in the order of `keys`.
+pub fn parallel_gets<F>(keys: &[Vec<u8>], get: F) -> Result<Vec<Option<Vec<u8>>>>
+where
+    F: Fn(&[u8]) -> Result<Option<Vec<u8>>> + Sync,
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let out: Vec<parking_lot::Mutex<Option<Option<Vec<u8>>>>> =
+        keys.iter().map(|_| parking_lot::Mutex::new(None)).collect();
+    std::thread::scope(|s| -> Result<()> {
+        let workers: Vec<_> = (0..PARALLEL_READERS.min(keys.len()))
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(k) = keys.get(i) else { return Ok(()) };
+                        *out[i].lock() = Some(get(k)?);
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join()
+                .map_err(|_| anyhow::anyhow!("a reader thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    Ok(out
+        .into_iter()
+        .map(|m| m.into_inner().unwrap_or_default())
+        .collect())
+}
+
+/// Read system calls made so far by the calling thread (`syscr` in /proc/thread-self/io): every block or page
+/// read a store issues to the file system, whether the OS page cache then serves it or the disk does. This is the
+/// "I/Os per get" of the cache-size study (a read that the store's own cache answers makes no system call).
+pub fn thread_read_calls() -> u64 {
+    let s = std::fs::read_to_string("/proc/thread-self/io").unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with("syscr:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Bytes allocated on disk under `dir` (st_blocks * 512, so preallocated sparse files count only what they use).

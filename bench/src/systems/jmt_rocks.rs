@@ -9,7 +9,9 @@ use anyhow::{anyhow, Result};
 use jmt::storage::{LeafNode, Node, NodeBatch, NodeKey, TreeReader, TreeWriter};
 use jmt::{JellyfishMerkleTree, KeyHash, OwnedValue, Sha256Jmt};
 
-use crate::system::{clear_block_cache, rocksdb_options, sync_write, System, Updates};
+use crate::system::{
+    clear_block_cache, parallel_gets, rocksdb_options, sync_write, System, Updates,
+};
 
 const NODE: u8 = b'n';
 const VALUE: u8 = b'v';
@@ -89,7 +91,9 @@ impl TreeWriter for RocksTree {
 }
 
 pub struct Jmt {
-    store: RocksTree,
+    dir: std::path::PathBuf,
+    /// Always `Some` outside `reopen`.
+    store: Option<RocksTree>,
     version: Option<u64>,
     cache: rocksdb::Cache,
     cache_bytes: usize,
@@ -99,17 +103,22 @@ impl Jmt {
     pub fn open(dir: &Path, cache_bytes: usize) -> Result<Jmt> {
         let (o, cache) = rocksdb_options(cache_bytes);
         Ok(Jmt {
-            store: RocksTree {
+            dir: dir.to_path_buf(),
+            store: Some(RocksTree {
                 db: rocksdb::DB::open(&o, dir)?,
-            },
+            }),
             version: None,
             cache,
             cache_bytes,
         })
     }
 
-    fn tree(&self) -> Sha256Jmt<'_, RocksTree> {
-        JellyfishMerkleTree::new(&self.store)
+    fn store(&self) -> Result<&RocksTree> {
+        self.store.as_ref().ok_or_else(|| anyhow!("closed"))
+    }
+
+    fn tree(&self) -> Result<Sha256Jmt<'_, RocksTree>> {
+        Ok(JellyfishMerkleTree::new(self.store()?))
     }
 }
 
@@ -129,33 +138,50 @@ impl System for Jmt {
             .collect();
         // JMT versions must be consecutive from 0 for the tree to find the previous root; map ours (1, 2, ...) to
         // version - 1.
-        let (root, batch) = self.tree().put_value_set(set, version - 1)?;
-        self.store.write_node_batch(&batch.node_batch)?;
+        let (root, batch) = self.tree()?.put_value_set(set, version - 1)?;
+        self.store()?.write_node_batch(&batch.node_batch)?;
         self.version = Some(version - 1);
         Ok(root.0.to_vec())
     }
 
     fn get_latest(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let v = self.version.ok_or_else(|| anyhow!("empty"))?;
-        self.tree().get(kh(key), v)
+        self.tree()?.get(kh(key), v)
     }
 
     fn get_at(&mut self, version: u64, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
-        Ok(Some(self.tree().get(kh(key), version - 1)?))
+        Ok(Some(self.tree()?.get(kh(key), version - 1)?))
     }
 
     fn prove(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let v = self.version.ok_or_else(|| anyhow!("empty"))?;
-        let (_, proof) = self.tree().get_with_proof(kh(key), v)?;
+        let (_, proof) = self.tree()?.get_with_proof(kh(key), v)?;
         Ok(Some(borsh::to_vec(&proof)?))
     }
 
     fn flush(&mut self) -> Result<()> {
-        Ok(self.store.db.flush()?)
+        Ok(self.store()?.db.flush()?)
     }
 
     fn clear_caches(&mut self) -> bool {
         clear_block_cache(&mut self.cache, self.cache_bytes);
         true
+    }
+
+    fn reopen(&mut self, cache_bytes: usize) -> Result<()> {
+        drop(self.store.take());
+        let (o, cache) = rocksdb_options(cache_bytes);
+        self.store = Some(RocksTree {
+            db: rocksdb::DB::open(&o, &self.dir)?,
+        });
+        self.cache = cache;
+        self.cache_bytes = cache_bytes;
+        Ok(())
+    }
+
+    fn get_many(&mut self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        let v = self.version.ok_or_else(|| anyhow!("empty"))?;
+        let tree = self.tree()?;
+        parallel_gets(keys, |k| tree.get(kh(k), v))
     }
 }

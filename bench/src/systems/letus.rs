@@ -1,27 +1,45 @@
 //! letus itself (letus-core's `Store`, one trie, default options: fsync at every commit).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{anyhow, Result};
 use letus_core::{Options, Store};
 
 use crate::system::{System, Updates};
 
 pub struct Letus {
-    store: Store,
+    /// Always `Some` outside `reopen`.
+    store: Option<Store>,
+    dir: PathBuf,
     version: u64,
+    max_delta_chain: Option<u32>,
+}
+
+/// The cache budget split between decoded pages (7/8) and index blocks (1/8), so that letus uses the same total
+/// as the peers' single block cache.
+fn options(cache_bytes: usize, max_delta_chain: Option<u32>) -> Options {
+    let cache = cache_bytes as u64;
+    let d = Options::default();
+    Options {
+        page_cache_bytes: cache - cache / 8,
+        block_cache_bytes: cache / 8,
+        max_delta_chain: max_delta_chain.unwrap_or(d.max_delta_chain),
+        ..d
+    }
 }
 
 impl Letus {
-    pub fn open(dir: &Path, cache_bytes: usize) -> Result<Letus> {
-        let opts = Options {
-            page_cache_bytes: cache_bytes as u64,
-            ..Options::default()
-        };
+    pub fn open(dir: &Path, cache_bytes: usize, max_delta_chain: Option<u32>) -> Result<Letus> {
         Ok(Letus {
-            store: Store::open(dir, opts)?,
+            store: Some(Store::open(dir, options(cache_bytes, max_delta_chain))?),
+            dir: dir.to_path_buf(),
             version: 0,
+            max_delta_chain,
         })
+    }
+
+    fn store(&self) -> &Store {
+        self.store.as_ref().expect("store is open outside reopen")
     }
 }
 
@@ -31,10 +49,11 @@ impl System for Letus {
     }
 
     fn apply_block(&mut self, version: u64, updates: &Updates) -> Result<Vec<u8>> {
+        let store = self.store.as_mut().ok_or_else(|| anyhow!("closed"))?;
         for (k, v) in updates {
-            self.store.put(0, k, v)?;
+            store.put(0, k, v)?;
         }
-        let digests = self.store.commit(version)?;
+        let digests = store.commit(version)?;
         self.version = version;
         Ok(digests
             .first()
@@ -43,24 +62,41 @@ impl System for Letus {
     }
 
     fn get_latest(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.store.get(0, self.version, key)?)
+        Ok(self.store().get(0, self.version, key)?)
     }
 
     fn get_at(&mut self, version: u64, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
-        Ok(Some(self.store.get(0, version, key)?))
+        Ok(Some(self.store().get(0, version, key)?))
     }
 
     fn prove(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let (_, proof) = self.store.get_proof(0, self.version, key)?;
+        let (_, proof) = self.store().get_proof(0, self.version, key)?;
         Ok(Some(proof.encode()))
     }
 
     fn flush(&mut self) -> Result<()> {
-        Ok(self.store.flush()?)
+        let store = self.store.as_mut().ok_or_else(|| anyhow!("closed"))?;
+        Ok(store.flush()?)
     }
 
     fn clear_caches(&mut self) -> bool {
-        self.store.clear_caches();
+        self.store().clear_caches();
         true
+    }
+
+    fn reopen(&mut self, cache_bytes: usize) -> Result<()> {
+        if let Some(s) = self.store.take() {
+            s.close()?;
+        }
+        self.store = Some(Store::open(
+            &self.dir,
+            options(cache_bytes, self.max_delta_chain),
+        )?);
+        Ok(())
+    }
+
+    fn get_many(&mut self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        Ok(self.store().get_many(0, self.version, &refs)?)
     }
 }

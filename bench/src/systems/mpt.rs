@@ -4,14 +4,16 @@
 //! root in one WriteBatch written with `sync = true`.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
 use eth_trie::{EthTrie, Trie, DB};
 use parking_lot::Mutex;
 
-use crate::system::{clear_block_cache, rocksdb_options, sync_write, System, Updates};
+use crate::system::{
+    clear_block_cache, parallel_gets, rocksdb_options, sync_write, System, Updates,
+};
 
 /// eth_trie's node store: inserts are buffered (and readable) until `flush`, which writes them durably.
 pub struct RocksNodes {
@@ -78,33 +80,59 @@ impl DB for RocksNodes {
     }
 }
 
-pub struct Mpt {
+/// The open database and the trie on it (reopened together: the trie holds the node store).
+struct Open {
     nodes: Arc<RocksNodes>,
     trie: EthTrie<RocksNodes>,
-    root_of: HashMap<u64, [u8; 32]>,
     cache: rocksdb::Cache,
     cache_bytes: usize,
+}
+
+pub struct Mpt {
+    dir: PathBuf,
+    /// Always `Some` outside `reopen`.
+    open: Option<Open>,
+    root_of: HashMap<u64, [u8; 32]>,
+    last: Option<u64>,
 }
 
 fn hashed(key: &[u8]) -> [u8; 32] {
     keccak_hash::keccak(key).0
 }
 
+fn open_db(dir: &Path, cache_bytes: usize, root: Option<[u8; 32]>) -> Result<Open> {
+    let (o, cache) = rocksdb_options(cache_bytes);
+    let db = rocksdb::DB::open(&o, dir)?;
+    let nodes = Arc::new(RocksNodes {
+        db,
+        pending: Mutex::new(HashMap::new()),
+    });
+    let trie = match root {
+        Some(r) => {
+            EthTrie::from(nodes.clone(), r.into()).map_err(|e| anyhow!("mpt from root: {e}"))?
+        }
+        None => EthTrie::new(nodes.clone()),
+    };
+    Ok(Open {
+        nodes,
+        trie,
+        cache,
+        cache_bytes,
+    })
+}
+
 impl Mpt {
     pub fn open(dir: &Path, cache_bytes: usize) -> Result<Mpt> {
-        let (o, cache) = rocksdb_options(cache_bytes);
-        let db = rocksdb::DB::open(&o, dir)?;
-        let nodes = Arc::new(RocksNodes {
-            db,
-            pending: Mutex::new(HashMap::new()),
-        });
         Ok(Mpt {
-            trie: EthTrie::new(nodes.clone()),
-            nodes,
+            dir: dir.to_path_buf(),
+            open: Some(open_db(dir, cache_bytes, None)?),
             root_of: HashMap::new(),
-            cache,
-            cache_bytes,
+            last: None,
         })
+    }
+
+    fn o(&mut self) -> Result<&mut Open> {
+        self.open.as_mut().ok_or_else(|| anyhow!("closed"))
     }
 }
 
@@ -114,37 +142,37 @@ impl System for Mpt {
     }
 
     fn apply_block(&mut self, version: u64, updates: &Updates) -> Result<Vec<u8>> {
+        let o = self.o()?;
         for (k, v) in updates {
-            self.trie
+            o.trie
                 .insert(&hashed(k), v)
                 .map_err(|e| anyhow!("mpt insert: {e}"))?;
         }
-        let root = self
-            .trie
-            .root_hash()
-            .map_err(|e| anyhow!("mpt root: {e}"))?;
+        let root = o.trie.root_hash().map_err(|e| anyhow!("mpt root: {e}"))?;
         let mut rk = vec![ROOT];
         rk.extend_from_slice(&version.to_be_bytes());
-        self.nodes.commit((&rk, root.as_slice()))?;
+        o.nodes.commit((&rk, root.as_slice()))?;
         let mut r = [0u8; 32];
         r.copy_from_slice(root.as_slice());
         self.root_of.insert(version, r);
+        self.last = Some(version);
         Ok(r.to_vec())
     }
 
     fn get_latest(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.trie
+        self.o()?
+            .trie
             .get(&hashed(key))
             .map_err(|e| anyhow!("mpt get: {e}"))
     }
 
     fn get_at(&mut self, version: u64, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
-        let root = self
+        let root = *self
             .root_of
             .get(&version)
             .ok_or_else(|| anyhow!("no root for version {version}"))?;
-        let t = EthTrie::from(self.nodes.clone(), (*root).into())
-            .map_err(|e| anyhow!("mpt from root: {e}"))?;
+        let nodes = self.o()?.nodes.clone();
+        let t = EthTrie::from(nodes, root.into()).map_err(|e| anyhow!("mpt from root: {e}"))?;
         Ok(Some(
             t.get(&hashed(key)).map_err(|e| anyhow!("mpt get: {e}"))?,
         ))
@@ -152,6 +180,7 @@ impl System for Mpt {
 
     fn prove(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let nodes = self
+            .o()?
             .trie
             .get_proof(&hashed(key))
             .map_err(|e| anyhow!("mpt proof: {e}"))?;
@@ -165,11 +194,37 @@ impl System for Mpt {
     }
 
     fn flush(&mut self) -> Result<()> {
-        Ok(self.nodes.db.flush()?)
+        Ok(self.o()?.nodes.db.flush()?)
     }
 
     fn clear_caches(&mut self) -> bool {
-        clear_block_cache(&mut self.cache, self.cache_bytes);
-        true
+        match self.open.as_mut() {
+            Some(o) => {
+                clear_block_cache(&mut o.cache, o.cache_bytes);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn reopen(&mut self, cache_bytes: usize) -> Result<()> {
+        drop(self.open.take());
+        let root = self.last.and_then(|v| self.root_of.get(&v).copied());
+        self.open = Some(open_db(&self.dir, cache_bytes, root)?);
+        Ok(())
+    }
+
+    fn get_many(&mut self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        let root = self
+            .last
+            .and_then(|v| self.root_of.get(&v).copied())
+            .ok_or_else(|| anyhow!("empty"))?;
+        let nodes = self.o()?.nodes.clone();
+        // One trie handle per get: an `EthTrie` caches nodes it walks and is not shared between threads.
+        parallel_gets(keys, |k| {
+            let t = EthTrie::from(nodes.clone(), root.into())
+                .map_err(|e| anyhow!("mpt from root: {e}"))?;
+            t.get(&hashed(k)).map_err(|e| anyhow!("mpt get: {e}"))
+        })
     }
 }

@@ -9,10 +9,14 @@ use nomt::hasher::Blake3Hasher;
 use nomt::{KeyReadWrite, Nomt, Options, Session, SessionParams};
 use sha2::Digest;
 
-use crate::system::{System, Updates};
+use crate::system::{parallel_gets, System, Updates};
 
 pub struct NomtSys {
-    nomt: Nomt<Blake3Hasher>,
+    dir: std::path::PathBuf,
+    buckets: u32,
+    cache_bytes: usize,
+    /// Always `Some` outside `reopen`.
+    nomt: Option<Nomt<Blake3Hasher>>,
     /// A read session kept between proofs (dropped before every commit, which needs the write lock).
     session: Option<Session<Blake3Hasher>>,
 }
@@ -23,17 +27,31 @@ fn path(key: &[u8]) -> [u8; 32] {
 
 impl NomtSys {
     pub fn open(dir: &Path, cache_bytes: usize, accounts: u64) -> Result<NomtSys> {
-        let mut o = Options::new();
-        o.path(dir);
-        o.commit_concurrency(2);
-        o.page_cache_size((cache_bytes >> 20).max(1));
         // Room for the accounts' trie pages with headroom (the default is 64,000 4-KiB buckets).
-        o.hashtable_buckets((accounts / 8).max(64_000) as u32);
+        let buckets = (accounts / 8).max(64_000) as u32;
         Ok(NomtSys {
-            nomt: Nomt::open(o)?,
+            dir: dir.to_path_buf(),
+            buckets,
+            cache_bytes,
+            nomt: Some(open_nomt(dir, cache_bytes, buckets)?),
             session: None,
         })
     }
+
+    fn nomt(&self) -> Result<&Nomt<Blake3Hasher>> {
+        self.nomt.as_ref().ok_or_else(|| anyhow::anyhow!("closed"))
+    }
+}
+
+fn open_nomt(dir: &Path, cache_bytes: usize, buckets: u32) -> Result<Nomt<Blake3Hasher>> {
+    let mut o = Options::new();
+    o.path(dir);
+    o.commit_concurrency(2);
+    // NOMT sizes its page cache and its leaf cache in MiB; the budget is split evenly between them.
+    o.page_cache_size((cache_bytes >> 21).max(1));
+    o.leaf_cache_size((cache_bytes >> 21).max(1));
+    o.hashtable_buckets(buckets);
+    Nomt::open(o)
 }
 
 impl System for NomtSys {
@@ -43,7 +61,7 @@ impl System for NomtSys {
 
     fn apply_block(&mut self, _version: u64, updates: &Updates) -> Result<Vec<u8>> {
         self.session = None;
-        let session = self.nomt.begin_session(SessionParams::default());
+        let session = self.nomt()?.begin_session(SessionParams::default());
         let mut actuals: Vec<([u8; 32], KeyReadWrite)> = updates
             .iter()
             .map(|(k, v)| (path(k), KeyReadWrite::Write(Some(v.clone()))))
@@ -54,12 +72,12 @@ impl System for NomtSys {
         }
         let finished = session.finish(actuals)?;
         let root = finished.root();
-        finished.commit(&self.nomt)?;
+        finished.commit(self.nomt()?)?;
         Ok(root.into_inner().to_vec())
     }
 
     fn get_latest(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.nomt.read(path(key))
+        self.nomt()?.read(path(key))
     }
 
     fn get_at(&mut self, _version: u64, _key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
@@ -67,7 +85,10 @@ impl System for NomtSys {
     }
 
     fn prove(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let nomt = &self.nomt;
+        let nomt = self
+            .nomt
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("closed"))?;
         let s = self
             .session
             .get_or_insert_with(|| nomt.begin_session(SessionParams::default()));
@@ -81,5 +102,23 @@ impl System for NomtSys {
             }
         };
         Ok(Some(vec![0u8; terminal + 4 + 32 * proof.siblings.len()]))
+    }
+
+    /// NOMT has no call that empties its caches: it is closed and reopened, which also empties them.
+    fn clear_caches(&mut self) -> bool {
+        self.reopen(self.cache_bytes).is_ok()
+    }
+
+    fn reopen(&mut self, cache_bytes: usize) -> Result<()> {
+        self.session = None;
+        drop(self.nomt.take());
+        self.cache_bytes = cache_bytes;
+        self.nomt = Some(open_nomt(&self.dir, cache_bytes, self.buckets)?);
+        Ok(())
+    }
+
+    fn get_many(&mut self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        let nomt = self.nomt()?;
+        parallel_gets(keys, |k| nomt.read(path(k)))
     }
 }

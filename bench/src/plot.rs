@@ -1,0 +1,187 @@
+//! The report's charts (SVG, drawn with `plotters`): throughput over time, space over time, and I/Os per get
+//! against the cache size.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+
+use crate::Result1;
+
+/// One colour per system, the same in every chart.
+fn colour(system: &str) -> RGBColor {
+    match system {
+        "letus" => RGBColor(214, 39, 40),
+        "rocksdb" => RGBColor(127, 127, 127),
+        "mpt" => RGBColor(31, 119, 180),
+        "jmt" => RGBColor(44, 160, 44),
+        "nomt" => RGBColor(148, 103, 189),
+        _ => BLACK,
+    }
+}
+
+fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
+    anyhow!("plot: {e}")
+}
+
+const SIZE: (u32, u32) = (900, 520);
+
+/// Committed updates per second in each window of measured blocks (log scale: the systems differ by 70x).
+pub fn throughput(results: &[Result1], load_blocks: u64, path: &Path) -> Result<()> {
+    let series: Vec<(&str, Vec<(f64, f64)>)> = results
+        .iter()
+        .map(|r| {
+            let pts = r
+                .series
+                .iter()
+                .filter(|s| !s.load && s.updates_per_sec > 0.0)
+                .map(|s| ((s.version - load_blocks) as f64, s.updates_per_sec))
+                .collect();
+            (r.system.as_str(), pts)
+        })
+        .collect();
+    let all = series.iter().flat_map(|(_, p)| p.iter());
+    let x_max = all.clone().map(|p| p.0).fold(1.0, f64::max);
+    let y_min = all.clone().map(|p| p.1).fold(f64::MAX, f64::min).max(1.0) / 2.0;
+    let y_max = all.map(|p| p.1).fold(1.0, f64::max) * 2.0;
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(
+            "Committed updates per second over time (durable commit per block)",
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..x_max, (y_min..y_max).log_scale())
+        .map_err(err)?;
+    c.configure_mesh()
+        .x_desc("measured block")
+        .y_desc("updates/s (log)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .draw()
+        .map_err(err)?;
+    for (name, pts) in series {
+        let col = colour(name);
+        c.draw_series(LineSeries::new(pts, col.stroke_width(2)))
+            .map_err(err)?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Disk bytes used after every load block and every window of measured blocks.
+pub fn space(results: &[Result1], path: &Path) -> Result<()> {
+    let series: Vec<(&str, Vec<(f64, f64)>)> = results
+        .iter()
+        .map(|r| {
+            let pts = r
+                .series
+                .iter()
+                .map(|s| (s.version as f64, s.disk_bytes as f64 / (1 << 20) as f64))
+                .collect();
+            (r.system.as_str(), pts)
+        })
+        .collect();
+    let all = series.iter().flat_map(|(_, p)| p.iter());
+    let x_max = all.clone().map(|p| p.0).fold(1.0, f64::max);
+    let y_max = all.map(|p| p.1).fold(1.0, f64::max) * 1.1;
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(
+            "Disk space over time (load, then measured blocks)",
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(err)?;
+    c.configure_mesh()
+        .x_desc("version (block number, load blocks included)")
+        .y_desc("MiB on disk")
+        .draw()
+        .map_err(err)?;
+    for (name, pts) in series {
+        let col = colour(name);
+        c.draw_series(LineSeries::new(pts, col.stroke_width(2)))
+            .map_err(err)?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Where a cache of 0 bytes is drawn on the logarithmic axis (percent of the store).
+const NO_CACHE_AT: f64 = 0.01;
+
+/// I/Os (read system calls) per get against the cache size as a percentage of the store size.
+pub fn ios_per_get(results: &[Result1], path: &Path) -> Result<()> {
+    let series: Vec<(&str, Vec<(f64, f64)>)> = results
+        .iter()
+        .filter(|r| !r.sweep.is_empty())
+        .map(|r| {
+            let pts = r
+                .sweep
+                .iter()
+                .map(|p| ((p.fraction * 100.0).max(NO_CACHE_AT), p.ios_per_get))
+                .collect();
+            (r.system.as_str(), pts)
+        })
+        .collect();
+    let all = series.iter().flat_map(|(_, p)| p.iter());
+    let x_max = all.clone().map(|p| p.0).fold(1.0, f64::max) * 1.5;
+    let y_max = all.map(|p| p.1).fold(1.0, f64::max) * 1.1;
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(
+            "I/Os per get against cache size (uniform random gets at the latest version)",
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((NO_CACHE_AT * 0.8..x_max).log_scale(), 0.0..y_max)
+        .map_err(err)?;
+    c.configure_mesh()
+        .x_desc("cache size, % of the store on disk (log; no cache drawn at 0.01%)")
+        .y_desc("read system calls per get")
+        .x_label_formatter(&|v| format!("{v}%"))
+        .draw()
+        .map_err(err)?;
+    for (name, pts) in series {
+        let col = colour(name);
+        c.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+            .map_err(err)?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+        c.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, col.filled())))
+            .map_err(err)?;
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
