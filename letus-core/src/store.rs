@@ -271,12 +271,7 @@ impl Store {
                         ..
                     } => {
                         let path = KeyPath::of(key);
-                        let leaf = Leaf {
-                            path,
-                            value_hash: value_hash(value),
-                            version: *version,
-                            loc,
-                        };
+                        let leaf = Leaf::new(path, value_hash(value), *version, loc);
                         pending.entry(*tid).or_default().push(Write {
                             path,
                             leaf: Some(leaf),
@@ -446,12 +441,7 @@ impl Store {
             };
             let loc = self.vdls.append(&rec)?;
             let leaf = match &rec {
-                Record::Put { value, .. } => Some(Leaf {
-                    path,
-                    value_hash: value_hash(value),
-                    version,
-                    loc,
-                }),
+                Record::Put { value, .. } => Some(Leaf::new(path, value_hash(value), version, loc)),
                 _ => None,
             };
             writes.entry(tid).or_default().push(Write { path, leaf });

@@ -14,6 +14,11 @@ use letus_verify::{Hash, KeyPath, Version, EMPTY};
 use crate::vdls::Location;
 
 /// A key's leaf: where its value record is and what it hashes to.
+///
+/// Invariant: `hash() == leaf_hash(path, value_hash)`, computed once by [`Leaf::new`] (the only way to build a
+/// leaf: the cached hash is private). Every branch a commit rebuilds and every proof needs the hashes of its leaf
+/// children; recomputing them was a large share of both. Code that needs another path or value hash builds a new
+/// leaf rather than assigning the fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Leaf {
     /// The key path.
@@ -24,12 +29,24 @@ pub struct Leaf {
     pub version: Version,
     /// The value record in VDLS.
     pub loc: Location,
+    hash: Hash,
 }
 
 impl Leaf {
+    /// A leaf, with its hash.
+    pub fn new(path: KeyPath, value_hash: Hash, version: Version, loc: Location) -> Leaf {
+        Leaf {
+            path,
+            value_hash,
+            version,
+            loc,
+            hash: leaf_hash(&path, &value_hash),
+        }
+    }
+
     /// `leaf_hash(path, value_hash)`.
     pub fn hash(&self) -> Hash {
-        leaf_hash(&self.path, &self.value_hash)
+        self.hash
     }
 }
 

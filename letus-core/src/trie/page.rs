@@ -560,16 +560,15 @@ impl<'a> Cursor<'a> {
             1 => {
                 let b = self.take(LEAF_LEN)?;
                 let mut c = Cursor { b };
-                Some(Cell::Leaf(Leaf {
-                    path: KeyPath(c.arr()?),
-                    value_hash: Hash(c.arr()?),
-                    version: c.u64()?,
-                    loc: Location {
-                        file_id: c.u32()?,
-                        offset: c.u64()?,
-                        len: c.u32()?,
-                    },
-                }))
+                let path = KeyPath(c.arr()?);
+                let value_hash = Hash(c.arr()?);
+                let version = c.u64()?;
+                let loc = Location {
+                    file_id: c.u32()?,
+                    offset: c.u64()?,
+                    len: c.u32()?,
+                };
+                Some(Cell::Leaf(Leaf::new(path, value_hash, version, loc)))
             }
             2 => {
                 let b = self.take(PAGE_LEN)?;
