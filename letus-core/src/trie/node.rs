@@ -59,6 +59,9 @@ pub struct Branch {
     pub hash: Hash,
     /// Newest version among the children.
     pub version: Version,
+    /// [`Node::heap_bytes`] of this branch, summed once when it is built (a page's cache weight is needed for
+    /// every page a commit writes; walking the page's nodes for it cost more than building them).
+    heap: u32,
 }
 
 /// One node of the trie.
@@ -110,9 +113,12 @@ impl Node {
     pub fn branch(children: [Node; 16]) -> Node {
         let hashes: [Hash; 16] = std::array::from_fn(|i| children[i].hash());
         let version = children.iter().map(Node::version).max().unwrap_or(0);
+        let heap =
+            std::mem::size_of::<Branch>() + children.iter().map(Node::heap_bytes).sum::<usize>();
         Node::Branch(Arc::new(Branch {
             hash: fold(&hashes),
             version,
+            heap: u32::try_from(heap).unwrap_or(u32::MAX),
             children,
         }))
     }
@@ -132,10 +138,7 @@ impl Node {
     pub fn heap_bytes(&self) -> usize {
         match self {
             Node::Leaf(_) => std::mem::size_of::<Leaf>(),
-            Node::Branch(b) => {
-                std::mem::size_of::<Branch>()
-                    + b.children.iter().map(Node::heap_bytes).sum::<usize>()
-            }
+            Node::Branch(b) => b.heap as usize,
             Node::Empty | Node::Page { .. } => 0,
         }
     }
