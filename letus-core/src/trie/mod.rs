@@ -40,6 +40,27 @@ pub fn page_id(path: &KeyPath, depth: usize) -> PageId {
     }
 }
 
+/// Splits `items` (sorted by path) into the runs whose paths share nibble `depth`: `(nibble, first path, run)`,
+/// in order. Every walk that descends with a sorted batch (updates, builds, proofs) groups it this way.
+fn nibble_groups<'a, T>(
+    items: &'a [T],
+    depth: usize,
+    path: impl Fn(&T) -> &KeyPath + 'a,
+) -> impl Iterator<Item = (u8, &'a KeyPath, &'a [T])> + 'a {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        let first = path(rest.first()?);
+        let c = first.nibble(depth);
+        let n = rest
+            .iter()
+            .take_while(|x| path(x).nibble(depth) == c)
+            .count();
+        let (group, tail) = rest.split_at(n);
+        rest = tail;
+        Some((c, first, group))
+    })
+}
+
 /// One staged change of a key: its new leaf, or `None` to delete it.
 #[derive(Clone, Debug)]
 pub struct Write {
@@ -112,15 +133,9 @@ fn update_children_parallel<S: PageSource>(
     writes: &[Write],
 ) -> Result<([Node; 16], Vec<PageWrite>)> {
     use rayon::prelude::*;
-    let mut groups: Vec<(usize, &[Write])> = Vec::with_capacity(16);
-    let mut rest = writes;
-    while let Some(w) = rest.first() {
-        let c = w.path.nibble(0);
-        let n = rest.iter().take_while(|w| w.path.nibble(0) == c).count();
-        let (group, tail) = rest.split_at(n);
-        groups.push((usize::from(c), group));
-        rest = tail;
-    }
+    let groups: Vec<(usize, &[Write])> = nibble_groups(writes, 0, |w| &w.path)
+        .map(|(c, _, group)| (usize::from(c), group))
+        .collect();
     let done: Vec<Result<(usize, Node, Vec<PageWrite>)>> = groups
         .into_par_iter()
         .map(|(c, group)| {
@@ -169,19 +184,10 @@ impl<S: PageSource> Updater<'_, S> {
             Node::Leaf(l) => Ok((self.build(depth, &puts(Some(l), writes)), None)),
             Node::Branch(b) => {
                 let mut children = b.children.clone();
-                let mut rest = writes;
-                while let Some(w) = rest.first() {
-                    let group_path = w.path;
-                    let c = group_path.nibble(depth);
-                    let n = rest
-                        .iter()
-                        .take_while(|w| w.path.nibble(depth) == c)
-                        .count();
-                    let (group, tail) = rest.split_at(n);
-                    rest = tail;
+                for (c, first, group) in nibble_groups(writes, depth, |w| &w.path) {
                     let slot = &mut children[usize::from(c)];
                     let (raw, old) = self.update(depth + 1, slot, group)?;
-                    *slot = self.wrap(depth + 1, &group_path, raw, old);
+                    *slot = self.wrap(depth + 1, first, raw, old);
                 }
                 Ok((Node::normalize(children), None))
             }
@@ -195,17 +201,9 @@ impl<S: PageSource> Updater<'_, S> {
             [one] => Node::Leaf(Arc::new(*one)),
             _ => {
                 let mut children: [Node; 16] = Default::default();
-                let mut rest = leaves;
-                while let Some(l) = rest.first() {
-                    let c = l.path.nibble(depth);
-                    let n = rest
-                        .iter()
-                        .take_while(|x| x.path.nibble(depth) == c)
-                        .count();
-                    let (group, tail) = rest.split_at(n);
-                    rest = tail;
+                for (c, first, group) in nibble_groups(leaves, depth, |l| &l.path) {
                     let raw = self.build(depth + 1, group);
-                    children[usize::from(c)] = self.wrap(depth + 1, &l.path, raw, None);
+                    children[usize::from(c)] = self.wrap(depth + 1, first, raw, None);
                 }
                 Node::normalize(children)
             }
@@ -320,12 +318,7 @@ fn prove_node<S: PageSource>(
                 mask,
                 hashes: frontier,
             });
-            let mut rest = q;
-            while let Some(p) = rest.first() {
-                let c = p.nibble(depth);
-                let n = rest.iter().take_while(|x| x.nibble(depth) == c).count();
-                let (group, tail) = rest.split_at(n);
-                rest = tail;
+            for (c, _, group) in nibble_groups(q, depth, |p| p) {
                 if let Some(child) = b.children.get(usize::from(c)) {
                     prove_node(src, tid, child, depth + 1, group, out)?;
                 }
