@@ -26,9 +26,52 @@ fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
 
 const SIZE: (u32, u32) = (900, 520);
 
+/// Named point series, one per system.
+type Series<'a> = Vec<(&'a str, Vec<(f64, f64)>)>;
+
+/// The smallest and largest x and y over every series (the largest at least 1.0).
+fn extent(series: &Series) -> ((f64, f64), (f64, f64)) {
+    let pts = || series.iter().flat_map(|(_, p)| p.iter());
+    let min = |f: fn(&(f64, f64)) -> f64| pts().map(f).fold(f64::MAX, f64::min);
+    let max = |f: fn(&(f64, f64)) -> f64| pts().map(f).fold(1.0, f64::max);
+    ((min(|p| p.0), max(|p| p.0)), (min(|p| p.1), max(|p| p.1)))
+}
+
+/// Draws each series as a line in its system's colour (with dots when `dots`), then the legend at `legend`.
+fn draw_lines<'a, DB, X, Y>(
+    c: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    series: Series,
+    dots: bool,
+    legend: SeriesLabelPosition,
+) -> Result<()>
+where
+    DB: DrawingBackend + 'a,
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    for (name, pts) in series {
+        let col = colour(name);
+        c.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+            .map_err(err)?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+        if dots {
+            c.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, col.filled())))
+                .map_err(err)?;
+        }
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(legend)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
 /// Committed updates per second in each window of measured blocks (log scale: the systems differ by 70x).
 pub fn throughput(results: &[Result1], load_blocks: u64, path: &Path) -> Result<()> {
-    let series: Vec<(&str, Vec<(f64, f64)>)> = results
+    let series: Series = results
         .iter()
         .map(|r| {
             let pts = r
@@ -40,10 +83,8 @@ pub fn throughput(results: &[Result1], load_blocks: u64, path: &Path) -> Result<
             (r.system.as_str(), pts)
         })
         .collect();
-    let all = series.iter().flat_map(|(_, p)| p.iter());
-    let x_max = all.clone().map(|p| p.0).fold(1.0, f64::max);
-    let y_min = all.clone().map(|p| p.1).fold(f64::MAX, f64::min).max(1.0) / 2.0;
-    let y_max = all.map(|p| p.1).fold(1.0, f64::max) * 2.0;
+    let ((_, x_max), (y_min, y_max)) = extent(&series);
+    let (y_min, y_max) = (y_min.max(1.0) / 2.0, y_max * 2.0);
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let mut c = ChartBuilder::on(&root)
@@ -62,26 +103,14 @@ pub fn throughput(results: &[Result1], load_blocks: u64, path: &Path) -> Result<
         .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()
         .map_err(err)?;
-    for (name, pts) in series {
-        let col = colour(name);
-        c.draw_series(LineSeries::new(pts, col.stroke_width(2)))
-            .map_err(err)?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
-    }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(err)?;
+    draw_lines(&mut c, series, false, SeriesLabelPosition::LowerRight)?;
     root.present().map_err(err)?;
     Ok(())
 }
 
 /// Disk bytes used after every load block and every window of measured blocks.
 pub fn space(results: &[Result1], path: &Path) -> Result<()> {
-    let series: Vec<(&str, Vec<(f64, f64)>)> = results
+    let series: Series = results
         .iter()
         .map(|r| {
             let pts = r
@@ -92,9 +121,8 @@ pub fn space(results: &[Result1], path: &Path) -> Result<()> {
             (r.system.as_str(), pts)
         })
         .collect();
-    let all = series.iter().flat_map(|(_, p)| p.iter());
-    let x_max = all.clone().map(|p| p.0).fold(1.0, f64::max);
-    let y_max = all.map(|p| p.1).fold(1.0, f64::max) * 1.1;
+    let ((_, x_max), (_, y_max)) = extent(&series);
+    let y_max = y_max * 1.1;
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let mut c = ChartBuilder::on(&root)
@@ -112,19 +140,7 @@ pub fn space(results: &[Result1], path: &Path) -> Result<()> {
         .y_desc("MiB on disk")
         .draw()
         .map_err(err)?;
-    for (name, pts) in series {
-        let col = colour(name);
-        c.draw_series(LineSeries::new(pts, col.stroke_width(2)))
-            .map_err(err)?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
-    }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(err)?;
+    draw_lines(&mut c, series, false, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(err)?;
     Ok(())
 }
@@ -134,7 +150,7 @@ const NO_CACHE_AT: f64 = 0.01;
 
 /// I/Os (read system calls) per get against the cache size as a percentage of the store size.
 pub fn ios_per_get(results: &[Result1], path: &Path) -> Result<()> {
-    let series: Vec<(&str, Vec<(f64, f64)>)> = results
+    let series: Series = results
         .iter()
         .filter(|r| !r.sweep.is_empty())
         .map(|r| {
@@ -146,9 +162,8 @@ pub fn ios_per_get(results: &[Result1], path: &Path) -> Result<()> {
             (r.system.as_str(), pts)
         })
         .collect();
-    let all = series.iter().flat_map(|(_, p)| p.iter());
-    let x_max = all.clone().map(|p| p.0).fold(1.0, f64::max) * 1.5;
-    let y_max = all.map(|p| p.1).fold(1.0, f64::max) * 1.1;
+    let ((_, x_max), (_, y_max)) = extent(&series);
+    let (x_max, y_max) = (x_max * 1.5, y_max * 1.1);
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let mut c = ChartBuilder::on(&root)
@@ -167,21 +182,7 @@ pub fn ios_per_get(results: &[Result1], path: &Path) -> Result<()> {
         .x_label_formatter(&|v| format!("{v}%"))
         .draw()
         .map_err(err)?;
-    for (name, pts) in series {
-        let col = colour(name);
-        c.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
-            .map_err(err)?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
-        c.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, col.filled())))
-            .map_err(err)?;
-    }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(err)?;
+    draw_lines(&mut c, series, true, SeriesLabelPosition::UpperRight)?;
     root.present().map_err(err)?;
     Ok(())
 }
