@@ -26,6 +26,20 @@ fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
 
 const SIZE: (u32, u32) = (900, 520);
 
+/// The chart frame every chart shares: white SVG of [`SIZE`], a caption, margins and label areas.
+fn frame<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    caption: &str,
+) -> Result<ChartBuilder<'a, 'b, SVGBackend<'b>>> {
+    root.fill(&WHITE).map_err(err)?;
+    let mut b = ChartBuilder::on(root);
+    b.caption(caption, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70);
+    Ok(b)
+}
+
 /// Named point series, one per system.
 type Series<'a> = Vec<(&'a str, Vec<(f64, f64)>)>;
 
@@ -86,17 +100,12 @@ pub fn throughput(results: &[Result1], load_blocks: u64, path: &Path) -> Result<
     let ((_, x_max), (y_min, y_max)) = extent(&series);
     let (y_min, y_max) = (y_min.max(1.0) / 2.0, y_max * 2.0);
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut c = ChartBuilder::on(&root)
-        .caption(
-            "Committed updates per second over time (durable commit per block)",
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..x_max, (y_min..y_max).log_scale())
-        .map_err(err)?;
+    let mut c = frame(
+        &root,
+        "Committed updates per second over time (durable commit per block)",
+    )?
+    .build_cartesian_2d(0.0..x_max, (y_min..y_max).log_scale())
+    .map_err(err)?;
     c.configure_mesh()
         .x_desc("measured block")
         .y_desc("updates/s (log)")
@@ -124,15 +133,7 @@ pub fn space(results: &[Result1], path: &Path) -> Result<()> {
     let ((_, x_max), (_, y_max)) = extent(&series);
     let y_max = y_max * 1.1;
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut c = ChartBuilder::on(&root)
-        .caption(
-            "Disk space over time (load, then measured blocks)",
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
+    let mut c = frame(&root, "Disk space over time (load, then measured blocks)")?
         .build_cartesian_2d(0.0..x_max, 0.0..y_max)
         .map_err(err)?;
     c.configure_mesh()
@@ -165,17 +166,12 @@ pub fn ios_per_get(results: &[Result1], path: &Path) -> Result<()> {
     let ((_, x_max), (_, y_max)) = extent(&series);
     let (x_max, y_max) = (x_max * 1.5, y_max * 1.1);
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut c = ChartBuilder::on(&root)
-        .caption(
-            "I/Os per get against cache size (uniform random gets at the latest version)",
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d((NO_CACHE_AT * 0.8..x_max).log_scale(), 0.0..y_max)
-        .map_err(err)?;
+    let mut c = frame(
+        &root,
+        "I/Os per get against cache size (uniform random gets at the latest version)",
+    )?
+    .build_cartesian_2d((NO_CACHE_AT * 0.8..x_max).log_scale(), 0.0..y_max)
+    .map_err(err)?;
     c.configure_mesh()
         .x_desc("cache size, % of the store on disk (log; no cache drawn at 0.01%)")
         .y_desc("read system calls per get")
