@@ -141,7 +141,7 @@ pub struct Result1 {
     disk_bytes: u64,
     disk_bytes_per_account: f64,
     warm_gets_per_sec: f64,
-    /// Read system calls per warm get (the calling thread's; see `thread_read_calls`).
+    /// Read system calls per warm get (the calling thread's; see `system::ReadCalls`).
     warm_ios_per_get: f64,
     /// Read system calls per cold get.
     cold_ios_per_get: f64,
@@ -300,7 +300,7 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
     }
     let mut reads = Workload::new(args.workload, args.accounts, 1, 0xbeef);
     let mut h = 0xcbf2_9ce4_8422_2325u64;
-    let c0 = system::thread_read_calls();
+    let calls = system::ReadCalls::start();
     let t = Instant::now();
     for _ in 0..args.gets {
         let v = sys.get_latest(&reads.random_key())?;
@@ -310,8 +310,7 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
         checksum(&mut h, &v);
     }
     r.warm_gets_per_sec = args.gets as f64 / t.elapsed().as_secs_f64();
-    r.warm_ios_per_get =
-        system::thread_read_calls().saturating_sub(c0) as f64 / args.gets.max(1) as f64;
+    r.warm_ios_per_get = calls.since() as f64 / args.gets.max(1) as f64;
     r.read_checksum = format!("{h:016x}");
 
     // Proofs at the latest version.
@@ -377,11 +376,11 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
     for _ in 0..args.cold_gets {
         sys.clear_caches();
         let k = reads.random_key();
-        let c0 = system::thread_read_calls();
+        let c = system::ReadCalls::start();
         let t = Instant::now();
         sys.get_latest(&k)?;
         cold += t.elapsed();
-        calls += system::thread_read_calls().saturating_sub(c0);
+        calls += c.since();
     }
     let (r1, _) = proc_io();
     r.cold_ios_per_get = calls as f64 / args.cold_gets.max(1) as f64;
@@ -470,20 +469,20 @@ fn cache_sweep(sys: &mut dyn System, args: &Args, store_bytes: u64) -> Result<Ve
         for _ in 0..warm {
             sys.get_latest(&reads.random_key())?;
         }
-        let c0 = system::thread_read_calls();
         let (r0, _) = proc_io();
+        let calls = system::ReadCalls::start();
         let t = Instant::now();
         for _ in 0..args.sweep_gets {
             sys.get_latest(&reads.random_key())?;
         }
         let secs = t.elapsed().as_secs_f64();
+        let ios = calls.since();
         let (r1, _) = proc_io();
-        let c1 = system::thread_read_calls();
         let gets = args.sweep_gets.max(1) as f64;
         let p = SweepPoint {
             fraction: f,
             cache_bytes: cache as u64,
-            ios_per_get: c1.saturating_sub(c0) as f64 / gets,
+            ios_per_get: ios as f64 / gets,
             disk_bytes_per_get: r1.saturating_sub(r0) as f64 / gets,
             gets_per_sec: gets / secs,
         };

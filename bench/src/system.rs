@@ -85,10 +85,32 @@ where
         .collect())
 }
 
-/// Read system calls made so far by the calling thread (`syscr` in /proc/thread-self/io): every block or page
-/// read a store issues to the file system, whether the OS page cache then serves it or the disk does. This is the
-/// "I/Os per get" of the cache-size study (a read that the store's own cache answers makes no system call).
-pub fn thread_read_calls() -> u64 {
+/// A count of the read system calls the calling thread makes from now on (`syscr` in /proc/thread-self/io):
+/// every block or page read a store issues to the file system, whether the OS page cache then serves it or the
+/// disk does. This is the "I/Os per get" of the cache-size study (a read that the store's own cache answers makes
+/// no system call).
+pub struct ReadCalls(u64);
+
+impl ReadCalls {
+    pub fn start() -> ReadCalls {
+        ReadCalls(raw_thread_read_calls())
+    }
+
+    /// Read calls since `start`, without those of reading the counter itself: between two readings lie the
+    /// calls of one whole reading (the end of the first, the start of the second), measured once per process.
+    pub fn since(&self) -> u64 {
+        static OWN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let own = *OWN.get_or_init(|| {
+            let a = raw_thread_read_calls();
+            raw_thread_read_calls().saturating_sub(a)
+        });
+        raw_thread_read_calls()
+            .saturating_sub(self.0)
+            .saturating_sub(own)
+    }
+}
+
+fn raw_thread_read_calls() -> u64 {
     let s = std::fs::read_to_string("/proc/thread-self/io").unwrap_or_default();
     s.lines()
         .find(|l| l.starts_with("syscr:"))
