@@ -8,6 +8,21 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+/// Takes the exclusive lock file `name` in `dir` (created if missing) for as long as the returned file is open;
+/// `Error::Locked(dir)` when another handle, in this process or another, holds it.
+pub fn lock_dir(dir: &Path, name: &str) -> Result<File> {
+    let path = dir.join(name);
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io(&path, e))?;
+    lock.try_lock()
+        .map_err(|_| Error::Locked(dir.to_path_buf()))?;
+    Ok(lock)
+}
+
 /// fsyncs a directory so that entries created, renamed or removed in it survive a crash.
 pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)

@@ -25,7 +25,7 @@ use letus_verify::{Digest, Hash, HistoryTree, KeyPath, Proof, TrieId, Version, E
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::fsutil::sync_dir;
+use crate::fsutil::{lock_dir, sync_dir};
 use crate::lsvps::{
     BlockCache, FileMeta, IndexFile, IndexFileWriter, MemIndexTable, PageId, PageKey, PageKind,
 };
@@ -167,14 +167,7 @@ impl Store {
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let lock_path = dir.join(LOCK_FILE);
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| Error::io(&lock_path, e))?;
-        lock.try_lock().map_err(|_| Error::Locked(dir.clone()))?;
+        let lock = lock_dir(&dir, LOCK_FILE)?;
         let counters = Arc::new(Counters::default());
         let block_cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
 
@@ -932,7 +925,8 @@ impl Engine {
                 chain: 1,
             },
         };
-        // Walk back to the base; the chain is bounded by Tb updates, and a cycle would be corruption.
+        // Walk back to the base; the writer bounds the chain (Tb updates, max_delta_chain records), and a cycle
+        // would be corruption.
         let mut chain = vec![head_rec];
         let mut guard = 0u32;
         let base_slots = loop {

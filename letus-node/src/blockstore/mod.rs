@@ -140,15 +140,7 @@ impl BlockStore {
     /// `Error::Locked`.
     pub fn open(dir: &Path, opts: BlockStoreOptions) -> Result<BlockStore> {
         recovery::ensure_dir(dir)?;
-        let lock_path = dir.join(LOCK_FILE);
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| io_err(&lock_path, e))?;
-        lock.try_lock()
-            .map_err(|_| Error::Locked(dir.to_path_buf()))?;
+        let lock = fsutil::lock_dir(dir, LOCK_FILE)?;
         let segments = recovery::recover(dir)?;
         let mut store = BlockStore {
             dir: dir.to_path_buf(),
