@@ -69,6 +69,30 @@ pub struct ValueResponse {
     pub digest: Digest,
 }
 
+/// `POST /v1/tries/{tid}/value` request: a value with its proof, for any key (the empty key and keys too long
+/// for a URL included).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValueRequest {
+    /// Key (hex; `""` is the empty key).
+    pub key: String,
+    /// Version (default: latest).
+    #[serde(default)]
+    pub version: Option<u64>,
+}
+
+/// `POST /v1/tries/{tid}/history` request: a key's history, for any key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryRequest {
+    /// Key (hex; `""` is the empty key).
+    pub key: String,
+    /// Include a proof and digest with each entry (default false).
+    #[serde(default)]
+    pub proofs: bool,
+    /// Most entries returned (default and maximum: 1000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
 /// `POST /v1/tries/{tid}/proofs` request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MultiProofRequest {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
@@ -40,6 +40,7 @@ pub fn app(state: AppState) -> Router {
         router = router.nest_service(prefix, tower_http::services::ServeDir::new(dir));
     }
     router
+        .route("/", get(index))
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .route(
@@ -52,8 +53,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/digest/consistency", get(consistency))
         .route("/v1/digest/inclusion", get(inclusion))
         .route("/v1/digest/{version}", get(digest_at))
+        .route("/v1/tries/{tid}/keys/", get(value_of_empty_key))
         .route("/v1/tries/{tid}/keys/{key}", get(value))
         .route("/v1/tries/{tid}/keys/{key}/history", get(history))
+        .route("/v1/tries/{tid}/value", post(value_post))
+        .route("/v1/tries/{tid}/history", post(history_post))
         .route("/v1/tries/{tid}/proofs", post(multi_proof))
         .route("/v1/tries/{tid}/export", get(export))
         .fallback(|| async { ApiError::NotFound })
@@ -96,8 +100,21 @@ fn parse_json<T: for<'de> Deserialize<'de>>(
             ApiError::BadRequest(e.body_text())
         }
     })?;
+    // JSON text is UTF-8 (RFC 8259 §8.1); serde_json would let invalid bytes through in fields it ignores.
+    if let Err(e) = std::str::from_utf8(&body) {
+        return Err(ApiError::BadRequest(format!(
+            "the body is not valid UTF-8 (byte {})",
+            e.valid_up_to()
+        )));
+    }
     serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+/// A path parameter that axum could not extract (e.g. a percent-escape that is not UTF-8) is a JSON 400 too.
+fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
+    p.map(|Path(t)| t)
+        .map_err(|e| ApiError::BadRequest(format!("bad path: {}", e.body_text())))
 }
 
 fn tid_param(s: &str) -> Result<u32, ApiError> {
@@ -157,9 +174,9 @@ async fn digest_latest(State(s): State<AppState>) -> Result<Json<DigestsResponse
 
 async fn digest_at(
     State(s): State<AppState>,
-    Path(version): Path<String>,
+    version: Result<Path<String>, PathRejection>,
 ) -> Result<Json<DigestsResponse>, ApiError> {
-    let v = version_param(&version)?;
+    let v = version_param(&path(version)?)?;
     let node = s.node.clone();
     Ok(Json(blocking(move || node.digests(Some(v))).await?))
 }
@@ -217,9 +234,10 @@ async fn inclusion(
 
 async fn value(
     State(s): State<AppState>,
-    Path((tid, key)): Path<(String, String)>,
+    p: Result<Path<(String, String)>, PathRejection>,
     q: Result<Query<VersionQuery>, QueryRejection>,
 ) -> Result<Json<ValueResponse>, ApiError> {
+    let (tid, key) = path(p)?;
     let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let tid = tid_param(&tid)?;
     let v = q.get()?;
@@ -235,9 +253,10 @@ struct HistoryQuery {
 
 async fn history(
     State(s): State<AppState>,
-    Path((tid, key)): Path<(String, String)>,
+    p: Result<Path<(String, String)>, PathRejection>,
     q: Result<Query<HistoryQuery>, QueryRejection>,
 ) -> Result<Json<HistoryResponse>, ApiError> {
+    let (tid, key) = path(p)?;
     let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let tid = tid_param(&tid)?;
     let proofs = match q.proofs.as_deref() {
@@ -263,12 +282,53 @@ async fn history(
     ))
 }
 
+/// `GET /v1/tries/{tid}/keys/`: the empty key (a path segment cannot be empty).
+async fn value_of_empty_key(
+    State(s): State<AppState>,
+    p: Result<Path<String>, PathRejection>,
+    q: Result<Query<VersionQuery>, QueryRejection>,
+) -> Result<Json<ValueResponse>, ApiError> {
+    let tid = tid_param(&path(p)?)?;
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let v = q.get()?;
+    let node = s.node.clone();
+    Ok(Json(blocking(move || node.value(tid, "", v)).await?))
+}
+
+/// `POST /v1/tries/{tid}/value`: the GET route with the key in the body, so that any key can be read.
+async fn value_post(
+    State(s): State<AppState>,
+    p: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<ValueResponse>, ApiError> {
+    let tid = tid_param(&path(p)?)?;
+    let req: ValueRequest = parse_json(body, s.node.limits.max_body_bytes)?;
+    let node = s.node.clone();
+    Ok(Json(
+        blocking(move || node.value(tid, &req.key, req.version)).await?,
+    ))
+}
+
+/// `POST /v1/tries/{tid}/history`: the GET route with the key in the body.
+async fn history_post(
+    State(s): State<AppState>,
+    p: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<HistoryResponse>, ApiError> {
+    let tid = tid_param(&path(p)?)?;
+    let req: HistoryRequest = parse_json(body, s.node.limits.max_body_bytes)?;
+    let node = s.node.clone();
+    Ok(Json(
+        blocking(move || node.history(tid, &req.key, req.proofs, req.limit)).await?,
+    ))
+}
+
 async fn multi_proof(
     State(s): State<AppState>,
-    Path(tid): Path<String>,
+    p: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<MultiProofResponse>, ApiError> {
-    let tid = tid_param(&tid)?;
+    let tid = tid_param(&path(p)?)?;
     let req: MultiProofRequest = parse_json(body, s.node.limits.max_body_bytes)?;
     let node = s.node.clone();
     Ok(Json(blocking(move || node.multi_proof(tid, req)).await?))
@@ -276,20 +336,20 @@ async fn multi_proof(
 
 async fn block(
     State(s): State<AppState>,
-    Path(version): Path<String>,
+    version: Result<Path<String>, PathRejection>,
 ) -> Result<Json<BlockResponse>, ApiError> {
-    let v = version_param(&version)?;
+    let v = version_param(&path(version)?)?;
     let node = s.node.clone();
     Ok(Json(blocking(move || node.block(v)).await?))
 }
 
 async fn export(
     State(s): State<AppState>,
-    Path(tid): Path<String>,
+    p: Result<Path<String>, PathRejection>,
     q: Result<Query<VersionQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let tid = tid_param(&path(p)?)?;
     let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let tid = tid_param(&tid)?;
     let v = q.get()?;
     // Check the request before the 200 goes out: afterwards an error can only cut the stream short.
     {
@@ -319,6 +379,25 @@ async fn export(
         Body::from_stream(stream),
     )
         .into_response())
+}
+
+/// `GET /`: where to go from here (the demo prints this URL first).
+async fn index(State(s): State<AppState>) -> Json<serde_json::Value> {
+    let mut links = serde_json::json!({
+        "digest": "/v1/digest",
+        "openapi": "/openapi.json",
+        "metrics": "/metrics",
+        "healthz": "/healthz",
+    });
+    if s.static_dirs.iter().any(|(p, _)| p == "/wallet") {
+        links["wallet"] = "/wallet/index.html".into();
+    }
+    Json(serde_json::json!({
+        "name": "letus",
+        "version": env!("CARGO_PKG_VERSION"),
+        "docs": "letus-node/API.md",
+        "links": links,
+    }))
 }
 
 async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
