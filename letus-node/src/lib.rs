@@ -7,3 +7,4 @@ pub mod error;
 pub mod metrics;
 pub mod node;
 pub mod server;
+pub mod wire;

@@ -10,6 +10,7 @@ use letus_core::Options;
 use letus_node::metrics::Metrics;
 use letus_node::node::{Node, NodeLimits};
 use letus_node::server::{app, AppState};
+use letus_node::wire::JsonErrorListener;
 use serde::Deserialize;
 
 /// Options of `letus serve`.
@@ -148,6 +149,15 @@ pub fn serve(
     cfg: Config,
     ready: impl FnOnce(SocketAddr, &str, bool) + Send + 'static,
 ) -> Result<(), String> {
+    serve_until(cfg, ready, std::future::pending())
+}
+
+/// [`serve`], also stopping (gracefully, the store flushed and closed) when `stop` completes.
+pub fn serve_until(
+    cfg: Config,
+    ready: impl FnOnce(SocketAddr, &str, bool) + Send + 'static,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
     let (tok, generated) = token(&cfg.data, cfg.token.clone())?;
     let node = Node::open(
         &cfg.data,
@@ -172,8 +182,10 @@ pub fn serve(
             .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         ready(addr, &tok, generated);
-        axum::serve(listener, app(state))
-            .with_graceful_shutdown(shutdown_signal())
+        axum::serve(JsonErrorListener(listener), app(state))
+            .with_graceful_shutdown(async move {
+                tokio::select! { _ = shutdown_signal() => {}, _ = stop => {} }
+            })
             .await
             .map_err(|e| e.to_string())
     })?;
