@@ -10,7 +10,7 @@ use letus_core::workload::Rng;
 use letus_node::api::{BlockRequest, DigestsResponse, WriteOp};
 use letus_verify::hex::encode as hex;
 
-use crate::serve::{serve, ServeArgs};
+use crate::serve::{serve_until, ServeArgs};
 
 /// Options of `letus demo`.
 #[derive(clap::Args)]
@@ -30,9 +30,12 @@ pub struct DemoArgs {
     /// Milliseconds between blocks.
     #[arg(long, default_value_t = 1_000)]
     interval_ms: u64,
-    /// Stop after this many blocks (default: run until Ctrl-C).
+    /// Stop feeding after this many blocks; the node keeps serving until Ctrl-C (default: feed until Ctrl-C).
     #[arg(long)]
     blocks: Option<u64>,
+    /// With --blocks: exit once the blocks are fed instead of serving on.
+    #[arg(long, requires = "blocks")]
+    exit: bool,
     /// Seed of the workload.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -43,26 +46,54 @@ pub fn account_key(i: u32) -> Vec<u8> {
     format!("acct/{i:08}").into_bytes()
 }
 
+/// The demo's own temporary store, removed however the demo ends (an error, a busy port, a closed stdout).
+struct TempStore(std::path::PathBuf);
+
+impl Drop for TempStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Prints a line; false once stdout is closed (`letus demo | head -1`), which ends the demo instead of a panic.
+fn say(line: impl std::fmt::Display) -> bool {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
+}
+
+/// The wallet page and the JS package it loads, when the demo runs from a clone of the repository (the current
+/// directory, else the clone the binary was built from) and the package is built: `(examples/wallet, js)`.
+pub fn wallet_dirs() -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let built_from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    [std::path::PathBuf::from("."), built_from]
+        .into_iter()
+        .map(|root| (root.join("examples/wallet"), root.join("js")))
+        .find(|(wallet, js)| {
+            wallet.join("index.html").is_file() && js.join("pkg/letus_wasm.js").is_file()
+        })
+}
+
 pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
     if a.accounts < 2 {
         return Err("--accounts must be at least 2".into());
     }
     let tmp = match &a.data {
         Some(_) => None,
-        None => Some(tempdir()?),
+        None => Some(TempStore(tempdir()?)),
     };
     let data = a
         .data
         .clone()
-        .or_else(|| tmp.clone())
+        .or_else(|| tmp.as_ref().map(|t| t.0.clone()))
         .ok_or("no data directory")?;
-    // Run from the repository, the demo also serves the wallet page and the JS package it loads.
-    let wallet =
-        std::path::Path::new("examples/wallet").is_dir() && std::path::Path::new("js/pkg").is_dir();
-    let static_dirs = if wallet {
-        vec!["/wallet=examples/wallet".to_string(), "/js=js".to_string()]
-    } else {
-        Vec::new()
+    let wallet = wallet_dirs();
+    let static_dirs = match &wallet {
+        Some((w, js)) => vec![
+            format!("/wallet={}", w.display()),
+            format!("/js={}", js.display()),
+        ],
+        None => Vec::new(),
     };
     let args = ServeArgs {
         config: None,
@@ -70,43 +101,84 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
         listen: Some(a.listen.clone()),
         token: None,
         max_body_bytes: None,
-        page_cache_bytes: None,
+        memory_budget_bytes: None,
         static_dirs,
     };
     let cfg = args.resolve()?;
     let (tx, rx) = mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = std::thread::spawn(move || {
-        serve(cfg, move |addr, tok, _| {
-            let _ = tx.send((addr, tok.to_string()));
-        })
+        serve_until(
+            cfg,
+            move |addr, tok, _| {
+                let _ = tx.send((addr, tok.to_string()));
+            },
+            async move {
+                let _ = stop_rx.await;
+            },
+        )
     });
-    let (addr, token) =
-        rx.recv_timeout(Duration::from_secs(30))
-            .map_err(|_| match server.is_finished() {
-                true => "the node did not start (is the address in use? try --listen 127.0.0.1:0)"
-                    .to_string(),
+    let (addr, token) = match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(started) => started,
+        Err(_) => {
+            let why = match server.is_finished() {
+                true => match server.join() {
+                    Ok(Err(e)) => e,
+                    _ => "the node stopped".to_string(),
+                },
                 false => "the node did not start in time".to_string(),
-            })?;
-    let base = format!("http://{addr}");
-    println!("letus demo: a node on {base} over {}", data.display());
-    println!("  digests:      {base}/v1/digest");
-    println!(
-        "  a balance:    {base}/v1/tries/0/keys/{}   (acct/00000001, with its proof)",
-        hex(&account_key(1))
-    );
-    println!(
-        "  history:      {base}/v1/tries/0/keys/{}/history",
-        hex(&account_key(1))
-    );
-    println!("  metrics:      {base}/metrics      API description: {base}/openapi.json");
-    if wallet {
-        println!("  wallet page:  {base}/wallet/index.html");
-    } else {
-        println!("  (the wallet page appears at {base}/wallet/ when run from the repository after `sh js/scripts/build.sh`)");
-    }
-    println!("  write token:  {token}");
-    println!("feeding a payment chain: {} accounts, {} transfers per block, 80% of them on 20% of the accounts (Ctrl-C to stop)", a.accounts, a.transfers);
+            };
+            return Err(format!(
+                "{why} (another node on that address? try --listen 127.0.0.1:0)"
+            ));
+        }
+    };
+    let fed = feed(&a, addr, &token, &data, wallet.is_some(), &server);
+    // Stop the node (if Ctrl-C has not already), wait until its store is closed, then drop the temporary store.
+    let _ = stop_tx.send(());
+    let served = server.join().map_err(|_| "the node panicked".to_string())?;
+    drop(tmp);
+    fed?;
+    served?;
+    Ok(ExitCode::SUCCESS)
+}
 
+/// Prints the URLs and feeds the chain; returns when the blocks are done (and, without `--exit`, Ctrl-C stopped
+/// the node), when the node stopped, or when stdout was closed.
+fn feed(
+    a: &DemoArgs,
+    addr: std::net::SocketAddr,
+    token: &str,
+    data: &std::path::Path,
+    wallet: bool,
+    server: &std::thread::JoinHandle<Result<(), String>>,
+) -> Result<(), String> {
+    let base = format!("http://{addr}");
+    let intro = [
+        format!("letus demo: a node on {base}/ over {}", data.display()),
+        format!("  digests:      {base}/v1/digest"),
+        format!(
+            "  a balance:    {base}/v1/tries/0/keys/{}   (acct/00000001, with its proof)",
+            hex(&account_key(1))
+        ),
+        format!(
+            "  history:      {base}/v1/tries/0/keys/{}/history",
+            hex(&account_key(1))
+        ),
+        format!("  metrics:      {base}/metrics      API description: {base}/openapi.json"),
+        if wallet {
+            format!("  wallet page:  {base}/wallet/index.html")
+        } else {
+            "  (no wallet page: the JS package is not built; scripts/demo.sh builds it and starts this demo with it)".to_string()
+        },
+        format!("  write token:  {token}"),
+        format!("feeding a payment chain: {} accounts, {} transfers per block, 80% of them on 20% of the accounts (Ctrl-C to stop)", a.accounts, a.transfers),
+    ];
+    for line in intro {
+        if !say(line) {
+            return Ok(());
+        }
+    }
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
@@ -138,16 +210,23 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
             }
         })
         .collect();
-    let r = post(&BlockRequest {
+    let r = match post(&BlockRequest {
         version: 1,
         writes: genesis,
         block: Some(hex(b"genesis")),
         access_list: vec![],
-    })?;
-    println!(
+    }) {
+        Ok(r) => r,
+        // Ctrl-C stopped the node.
+        Err(_) if server.is_finished() => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !say(format!(
         "block     1  genesis  root {}",
         &r.digests[0].root.to_hex()[..16]
-    );
+    )) {
+        return Ok(());
+    }
     let mut version = 1u64;
     loop {
         if a.blocks.is_some_and(|n| version >= n) || server.is_finished() {
@@ -189,26 +268,36 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
                 key: hex(&account_key(*i)),
             })
             .collect();
-        let r = post(&BlockRequest {
+        let r = match post(&BlockRequest {
             version,
             writes,
             block: Some(hex(&txs)),
             access_list,
-        })?;
-        println!(
+        }) {
+            Ok(r) => r,
+            Err(_) if server.is_finished() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if !say(format!(
             "block {version:>5}  {:>4} accounts changed  root {}  history {}  ({} ms)",
             touched.len(),
             &r.digests[0].root.to_hex()[..16],
             r.digests[0].history_len,
             started.elapsed().as_millis()
-        );
+        )) {
+            return Ok(());
+        }
         std::thread::sleep(Duration::from_millis(a.interval_ms).saturating_sub(started.elapsed()));
     }
-    if let Some(t) = tmp {
-        // The demo's own temporary store goes away with it.
-        let _ = std::fs::remove_dir_all(t);
+    if a.blocks.is_some() && !a.exit && !server.is_finished() {
+        say(format!(
+            "fed {version} blocks; the node keeps serving at {base}/ until Ctrl-C (--exit to stop here)"
+        ));
+        while !server.is_finished() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn tempdir() -> Result<std::path::PathBuf, String> {

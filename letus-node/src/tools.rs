@@ -8,8 +8,17 @@ use letus_core::{Options, Store};
 use letus_verify::export::{encode_record, encode_trailer, ExportHeader, ExportReader, HEADER_LEN};
 use letus_verify::{Hash, Limits};
 
+/// Opens the store of an existing data directory; a directory without one is an error, never created.
 fn open_state(data: &std::path::Path) -> Result<Store, String> {
-    Store::open(data.join("state"), Options::default()).map_err(|e| match e {
+    let state = data.join("state");
+    if !state.is_dir() {
+        return Err(format!(
+            "no store in {}: {} does not exist (is --data right?)",
+            data.display(),
+            state.display()
+        ));
+    }
+    Store::open(state, Options::default()).map_err(|e| match e {
         letus_core::Error::Locked(_) => format!("{} is in use by a running node; stop it first (or verify its HTTP export: GET /v1/tries/T/export)", data.display()),
         other => other.to_string(),
     })
@@ -39,13 +48,59 @@ pub struct VerifyArgs {
     json: bool,
 }
 
+/// Why `letus verify` could not check anything (exit 2), as opposed to a check that failed (MISMATCH, exit 1).
+struct VerifyError {
+    code: &'static str,
+    message: String,
+}
+
+fn verify_error(code: &'static str) -> impl FnOnce(String) -> VerifyError {
+    move |message| VerifyError { code, message }
+}
+
 pub fn verify(a: VerifyArgs) -> Result<ExitCode, String> {
-    let root = parse_root(&a.root)?;
-    let store = open_state(&a.data)?;
-    let version = a
-        .version
-        .or(store.latest_version())
-        .ok_or("the store is empty")?;
+    match verify_checked(&a) {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"ok": false, "tid": a.tid, "version": a.version, "error": e.code, "message": e.message})
+                );
+            } else {
+                eprintln!("error: {}", e.message);
+            }
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+fn verify_checked(a: &VerifyArgs) -> Result<ExitCode, VerifyError> {
+    let root = parse_root(&a.root).map_err(verify_error("bad_argument"))?;
+    let store = open_state(&a.data).map_err(verify_error("no_store"))?;
+    let version = match a.version {
+        Some(v) if store.versions().binary_search(&v).is_err() => {
+            return Err(VerifyError {
+                code: "version_not_found",
+                message: format!("version {v} was never written to {}", a.data.display()),
+            })
+        }
+        Some(v) => v,
+        None => store.latest_version().ok_or_else(|| VerifyError {
+            code: "version_not_found",
+            message: format!("the store in {} is empty", a.data.display()),
+        })?,
+    };
+    match store.digest(a.tid, version) {
+        Ok(_) => {}
+        Err(letus_core::Error::UnknownTrie(_)) | Err(letus_core::Error::VersionNotFound(_)) => {
+            return Err(VerifyError {
+                code: "unknown_trie",
+                message: format!("trie {} does not exist at version {version}", a.tid),
+            })
+        }
+        Err(e) => return Err(verify_error("internal")(e.to_string())),
+    }
     let bar = if a.json {
         indicatif::ProgressBar::hidden()
     } else {
@@ -61,6 +116,16 @@ pub fn verify(a: VerifyArgs) -> Result<ExitCode, String> {
     let result =
         store.verify_full_with_progress(a.tid, version, &root, &mut |n| bar.set_position(n));
     bar.finish_and_clear();
+    // Only a recomputation that disagrees (or data that fails its checksums) is a MISMATCH; anything else
+    // (an I/O error) means nothing was checked.
+    if let Err(e) = &result {
+        if !matches!(
+            e,
+            letus_core::Error::Mismatch { .. } | letus_core::Error::Corrupt { .. }
+        ) {
+            return Err(verify_error("internal")(e.to_string()));
+        }
+    }
     let secs = started.elapsed().as_secs_f64();
     let (ok, summary) = match &result {
         Ok(r) => (
@@ -69,7 +134,7 @@ pub fn verify(a: VerifyArgs) -> Result<ExitCode, String> {
         ),
         Err(e) => (
             false,
-            serde_json::json!({"ok": false, "tid": a.tid, "version": version, "expected_root": root.to_hex(), "error": e.to_string(), "seconds": secs}),
+            serde_json::json!({"ok": false, "tid": a.tid, "version": version, "expected_root": root.to_hex(), "error": "mismatch", "message": e.to_string(), "seconds": secs}),
         ),
     };
     if a.json {
@@ -187,6 +252,7 @@ pub fn import(a: ImportArgs) -> Result<ExitCode, String> {
         .feed(&bytes)
         .map_err(|e| format!("{}: {e}", a.file.display()))?;
     let header = *reader.header().ok_or("the export has no header")?;
+    let trusted_given = a.root.is_some();
     let trusted = match &a.root {
         Some(r) => parse_root(r)?,
         None => {
@@ -219,9 +285,16 @@ pub fn import(a: ImportArgs) -> Result<ExitCode, String> {
         ));
     }
     store.close().map_err(|e| e.to_string())?;
-    println!(
-        "imported {} pairs of trie {} at version {}; root {root} verified",
-        summary.records, header.tid, header.version
-    );
+    if trusted_given {
+        println!(
+            "imported {} pairs of trie {} at version {}; root {root} verified against --root",
+            summary.records, header.tid, header.version
+        );
+    } else {
+        println!(
+            "imported {} pairs of trie {} at version {}; root {root} is the export's own, NOT verified against a trusted root (pass --root)",
+            summary.records, header.tid, header.version
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
