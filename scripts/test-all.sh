@@ -37,10 +37,13 @@ cargo build --quiet -p letus-wasm --target wasm32-unknown-unknown --profile wasm
 step "independent implementation of SPEC.md (Python) against the test vectors"
 python3 tools/check_vectors.py
 
-step "cargo test (workspace)"
-cargo test --workspace
+step "the JS package (js/pkg), so that the demo test checks that \`letus demo\` serves the wallet page"
+sh js/scripts/build.sh
 
-step "JS package letus-verify: every vector and the verified client, in Node.js"
+step "cargo test (workspace)"
+LETUS_REQUIRE_WALLET=1 cargo test --workspace
+
+step "JS package letus-verify: its TypeScript declarations (tsc), every vector and the verified client, in Node.js"
 sh js/scripts/test.sh
 
 step "release build of the letus binary for the browser and CLI tests"

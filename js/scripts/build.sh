@@ -4,7 +4,10 @@
 set -eu
 JS_DIR=$(cd "$(dirname "$0")/.." && pwd)
 ROOT=$(cd "$JS_DIR/.." && pwd)
-WASM="$ROOT/target/wasm32-unknown-unknown/wasm/letus_wasm.wasm"
+# cargo's target directory: CARGO_TARGET_DIR if set (relative to the repository root), else target/.
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
+WASM="$TARGET_DIR/wasm32-unknown-unknown/wasm/letus_wasm.wasm"
 
 # wasm-bindgen-cli must be exactly the version of the wasm-bindgen crate in Cargo.lock.
 want=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$ROOT/Cargo.lock")

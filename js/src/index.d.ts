@@ -1,4 +1,4 @@
-// Hand-written declarations of letus-verify (no TypeScript compiler involved).
+// Hand-written declarations of letus-verify, type-checked with test-types/example.ts by scripts/test.sh.
 
 /** Bytes: a Uint8Array (Node Buffer included), an ArrayBuffer, or a hex string (no 0x). */
 export type BytesLike = Uint8Array | ArrayBuffer | ArrayBufferView | string;

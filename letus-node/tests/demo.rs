@@ -123,9 +123,34 @@ fn demo_with_blocks_keeps_serving_its_urls_until_stopped() {
     }
     // Every URL it printed answers 200, the first (the node itself) included.
     assert!(urls.len() >= 5, "{urls:?}");
+    let printed = urls.clone();
     for u in std::iter::once(format!("{base}/")).chain(urls) {
         let res = agent().get(&u).call().unwrap();
         assert_eq!(res.status(), 200, "{u}");
+    }
+    // Built from a clone with the JS package built (scripts/demo.sh, or CI, which sets LETUS_REQUIRE_WALLET), the
+    // demo serves the wallet page and what it loads, whatever the current directory (here: letus-node/).
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let built = repo.join("js/pkg/letus_wasm.js").is_file();
+    assert!(
+        built || std::env::var_os("LETUS_REQUIRE_WALLET").is_none(),
+        "LETUS_REQUIRE_WALLET is set but js/pkg is not built"
+    );
+    if built {
+        assert!(
+            printed.iter().any(|u| u.ends_with("/wallet/index.html")),
+            "{printed:?}"
+        );
+        for path in [
+            "/wallet/index.html",
+            "/wallet/wallet.js",
+            "/js/src/index.js",
+            "/js/pkg/letus_wasm.js",
+            "/js/pkg/letus_wasm_bg.wasm",
+        ] {
+            let res = agent().get(format!("{base}{path}")).call().unwrap();
+            assert_eq!(res.status(), 200, "{path}");
+        }
     }
     let mut res = agent().get(format!("{base}/v1/digest")).call().unwrap();
     let d: serde_json::Value = res.body_mut().read_json().unwrap();
