@@ -120,13 +120,14 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
     });
     let (addr, token) = match rx.recv_timeout(Duration::from_secs(30)) {
         Ok(started) => started,
-        Err(_) => {
-            let why = match server.is_finished() {
-                true => match server.join() {
+        Err(e) => {
+            let why = match e {
+                // The node ended before it was ready: its own error says why.
+                mpsc::RecvTimeoutError::Disconnected => match server.join() {
                     Ok(Err(e)) => e,
                     _ => "the node stopped".to_string(),
                 },
-                false => "the node did not start in time".to_string(),
+                mpsc::RecvTimeoutError::Timeout => "the node did not start in time".to_string(),
             };
             return Err(format!(
                 "{why} (another node on that address? try --listen 127.0.0.1:0)"
