@@ -194,6 +194,8 @@ fn letus(args: &[&str]) -> (i32, Vec<Value>) {
     (out.status.code().unwrap(), lines)
 }
 
+/// The longest key the store allows: its hex (131,070 digits) fits in one argument, not in a URL.
+const LONG_KEY: [u8; 65_535] = [0xab; 65_535];
 const ALICE: &str = "616c696365";
 const BOB: &str = "626f62";
 const CAROL: &str = "6361726f6c";
@@ -207,6 +209,7 @@ fn chain(url: &str) -> Vec<DigestsResponse> {
                 vec![(b"alice", Some(a.as_bytes())), (b"bob", Some(b.as_bytes()))];
             if v == 40 {
                 w.push((b"", Some(b"empty key's value")));
+                w.push((&LONG_KEY, Some(b"long key's value")));
             }
             post_block(url, v, &w)
         })
@@ -255,6 +258,13 @@ fn get_and_proof_verify_what_was_asked_not_what_was_answered() {
         (0, &json!(hex(b"empty key's value"))),
         "{l:?}"
     );
+    let long = hex(&LONG_KEY);
+    let (c, l) = letus(&["get", "--url", &node.url, "--key", &long, "--root", &root40]);
+    assert_eq!((c, &l[0]["value"]), (0, &json!(hex(b"long key's value"))));
+    let (c, l) = letus(&[
+        "proof", "--url", &node.url, "--key", &long, "--key", "", "--root", &root40,
+    ]);
+    assert_eq!((c, &l[0]["verified"]), (0, &json!(true)));
 
     // Asked for alice, the proxy asks the node for bob: bob's honest answer, with bob's valid proof.
     let to_bob = proxy(&node.url, |_, b| set_key(b, BOB), |_| {});
