@@ -390,6 +390,23 @@ fn proofs() -> Vec<Value> {
         &wide,
         Some("non_canonical"),
     ));
+    // SPEC.md §5.3: a branch's `units` checks run after its children's walks, so an error below it comes first
+    // (here the empty branch would be non_canonical, but its child already fails).
+    let mut hollow = wide.clone();
+    hollow.records = vec![
+        Record::Branch {
+            mask: 0,
+            hashes: vec![],
+        },
+        Record::Empty,
+    ];
+    cases.push(proof_case(
+        "an error below a branch comes before the branch's own checks",
+        &wrapped_root,
+        &[present(b"alice", b"50")],
+        &hollow,
+        Some("expected_present"),
+    ));
     if let Some(Record::Branch { mask, hashes }) = p7.records.first() {
         let mut bad = p7.clone();
         bad.records[0] = Record::Branch {
@@ -525,6 +542,17 @@ fn proofs() -> Vec<Value> {
     );
     c["json_reencodes"] = json!(false);
     cases.push(c);
+    // Uppercase hex is accepted in byte strings too (SPEC.md §1): the claim's key and value.
+    let mut c = proof_case(
+        "claims in uppercase hex",
+        &root,
+        &[present(&k7, &v7)],
+        &p7,
+        None,
+    );
+    c["claims"][0]["key"] = json!(hex(&k7).to_uppercase());
+    c["claims"][0]["value"] = json!(hex(&v7).to_uppercase());
+    cases.push(c);
     let excl = t.prove(&[b"missing-a"]);
     let mut j6 = serde_json::to_value(excl.to_json_value()).expect("json");
     let last = j6["records"].as_array().map_or(0, |a| a.len()) - 1;
@@ -636,6 +664,17 @@ fn history() -> Vec<Value> {
         &r,
         &es[5],
         &pb,
+        Some("history_root_mismatch"),
+    ));
+    // SPEC.md §8.2: the position is the proof's own `index`; rewriting it does not move the proof to that entry.
+    let mut moved = p.clone();
+    moved.index = 5;
+    cases.push(incl(
+        "index rewritten to another entry",
+        n,
+        &r,
+        &es[5],
+        &moved.encode().expect("encode"),
         Some("history_root_mismatch"),
     ));
     cases.push(incl(
@@ -754,6 +793,20 @@ fn history() -> Vec<Value> {
             None,
         ));
     }
+    // SPEC.md §8.3: from the empty history, old_root is not examined.
+    cases.push(cons(
+        "consistency 0 -> 13 whatever old_root says",
+        0,
+        &value_hash(b"not the empty history"),
+        n,
+        &tree.root(),
+        &tree
+            .consistency_proof(0, n)
+            .expect("proof")
+            .encode()
+            .expect("encode"),
+        None,
+    ));
     let p = tree.consistency_proof(7, n).expect("proof");
     let pb = p.encode().expect("encode");
     cases.push(cons(
@@ -924,6 +977,16 @@ fn digests() -> Vec<Value> {
         (
             "checkpoint arrives after a bad report",
             vec![(Some("node-b"), forked(&ds[7], b"evil")), (None, ds[7])],
+        ),
+        (
+            // SPEC.md §7.1: a checkpoint is checkpoint_conflict only when it conflicts with something.
+            "a checkpoint that conflicts with nothing is new",
+            vec![
+                (None, ds[2]),
+                (Some("node-a"), ds[2]),
+                (None, ds[3]),
+                (Some("node-a"), ds[4]),
+            ],
         ),
         (
             "another source going back is not a rollback",
