@@ -68,6 +68,29 @@ describe('LetusClient.getVerified', () => {
     const r2 = await c.getVerified(0, KEY, { version: 5n });
     assert.equal(r2.trusted, false);
   });
+  it('reads versions above 2^53 exactly (JSON numbers a double cannot hold)', async () => {
+    // 2^53 + 1 = 9007199254740993 would read as 9007199254740992 through JSON.parse.
+    const V = 9007199254740993n;
+    const path = `/v1/tries/0/keys/${KEY}?version=${V}`;
+    const body = JSON.stringify(valueAnswer({ version: 5, digest: digest(5, ROOT, 7) }))
+      .replace('"version":5', `"version":${V}`)
+      .replace('"version":5', `"version":${V}`)
+      .replace('"history_len":7', `"history_len":${V + 1n}`);
+    assert.ok(body.includes(`"version":${V}`) && !body.includes('"version":5'));
+    const monitor = new DigestMonitor();
+    const c = new LetusClient('http://node.test', { fetch: fakeFetch({ [path]: [200, body] }), monitor });
+    const r = await c.getVerified(0, KEY, { version: V, trustedRoot: ROOT });
+    assert.equal(r.version, V);
+    assert.equal(r.digest.version, V);
+    assert.equal(r.digest.history_len, V + 1n);
+    assert.equal(monitor.newest('http://node.test', 0).version, V);
+    // Asked for 2^53 + 1, answered 2^53 (what a double would have made of it): refused.
+    const lossy = body.replaceAll(`"version":${V}`, `"version":${V - 1n}`);
+    await rejects(
+      new LetusClient('http://node.test', { fetch: fakeFetch({ [path]: [200, lossy] }) }).getVerified(0, KEY, { version: V }),
+      'answer_mismatch',
+    );
+  });
   it('verifies an exclusion (value null)', async () => {
     const key = exc.claims[0].key;
     const a = { tid: 0, version: 5, key, value: null, proof: exc.proof_json, proof_hex: exc.proof, digest: digest(5) };
