@@ -9,6 +9,9 @@
 
 use std::time::Instant;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use letus_core::workload::Rng;
 use letus_core::{Options, Store};
 
@@ -25,6 +28,20 @@ fn proc_write_bytes() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// `VmRSS` and `VmHWM` (peak) of this process, bytes.
+fn rss() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    (field("VmRSS:"), field("VmHWM:"))
 }
 
 fn arg(name: &str, default: u64) -> u64 {
@@ -45,18 +62,21 @@ fn main() {
     opts.delta_threshold = arg("--td", u64::from(opts.delta_threshold)) as u32;
     opts.base_threshold = arg("--tb", u64::from(opts.base_threshold)) as u32;
     opts.max_delta_chain = arg("--chain", u64::from(opts.max_delta_chain)) as u32;
+    opts.memory_budget_bytes = arg("--budget-mib", opts.memory_budget_bytes >> 20) << 20;
+    let report_every = arg("--report-every", 5_000_000);
     let dir = tempfile::tempdir_in(std::env::var("LETUS_BENCH_DIR").unwrap_or_else(|_| ".".into()))
         .expect("temp dir");
     let mut store = Store::open(dir.path(), opts.clone()).expect("open");
     println!(
-        "keys {keys}, versions {versions} x {updates} updates, Td {} Tb {}, max delta chain {}",
-        opts.delta_threshold, opts.base_threshold, opts.max_delta_chain
+        "keys {keys}, versions {versions} x {updates} updates, Td {} Tb {}, max delta chain {}, memory budget {} MiB",
+        opts.delta_threshold, opts.base_threshold, opts.max_delta_chain, opts.memory_budget_bytes >> 20
     );
 
     // Load: 50k keys per version.
     let t = Instant::now();
     let mut v = 0u64;
     let mut i = 0u64;
+    let mut interval = (Instant::now(), 0u64);
     while i < keys {
         for _ in 0..50_000.min(keys - i) {
             store.put(0, &key(i), &1_000u64.to_le_bytes()).expect("put");
@@ -64,6 +84,22 @@ fn main() {
         }
         v += 1;
         store.commit(v).expect("commit");
+        if i - interval.1 >= report_every || i == keys {
+            let (now, peak) = rss();
+            let m = store.memory();
+            println!(
+                "  loaded {:>11} keys: {:>7.0} keys/s over the last {} keys, RSS {} MiB (peak {} MiB; page cache {} MiB in {} pages), disk {:.0} bytes per key",
+                i,
+                (i - interval.1) as f64 / interval.0.elapsed().as_secs_f64(),
+                i - interval.1,
+                now >> 20,
+                peak >> 20,
+                m.page_cache_bytes >> 20,
+                m.page_cache_pages,
+                store.disk_bytes() as f64 / i as f64
+            );
+            interval = (Instant::now(), i);
+        }
     }
     println!(
         "load: {:.1}s ({:.0} keys/s)",
@@ -118,6 +154,12 @@ fn main() {
         "disk: {} bytes, {:.0} bytes per live key",
         store.disk_bytes(),
         store.disk_bytes() as f64 / keys as f64
+    );
+    let (now, peak) = rss();
+    println!(
+        "RSS after the updates: {} MiB (peak {} MiB)",
+        now >> 20,
+        peak >> 20
     );
 
     // Reads at the latest version.

@@ -26,5 +26,5 @@ pub mod workload;
 pub use error::{Error, Result};
 pub use letus_verify as verify;
 pub use letus_verify::{Digest, Hash, Proof, TrieId, Version};
-pub use options::Options;
-pub use store::{FullVerification, HistoryEntry, Store};
+pub use options::{MemorySplit, Options};
+pub use store::{FullVerification, HistoryEntry, MemoryUse, Store};

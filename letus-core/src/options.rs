@@ -3,10 +3,10 @@
 /// How a store is opened.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Bytes of decoded pages kept in the page cache.
-    pub page_cache_bytes: u64,
-    /// Bytes of index blocks kept in the block cache.
-    pub block_cache_bytes: u64,
+    /// The engine's memory budget in bytes: decoded pages, index blocks and the MemIndexTable together. The
+    /// engine splits it ([`Options::memory_split`]); the state itself may be far larger, pages that do not fit are
+    /// read back from the index files.
+    pub memory_budget_bytes: u64,
     /// `Td`: slot updates after which a page's DeltaPage is frozen and a new one starts.
     pub delta_threshold: u32,
     /// `Tb`: slot updates after which a page writes a BasePage checkpoint.
@@ -15,7 +15,8 @@ pub struct Options {
     /// otherwise chain one small DeltaPage per index file until `Tb` updates accumulate, and a cold load would
     /// read them all; when the chain is full, the next change writes a BasePage instead.
     pub max_delta_chain: u32,
-    /// Bytes of page records held in the MemIndexTable before it is flushed as an index file.
+    /// Bytes of page records held in the MemIndexTable before it is flushed as an index file (part of the memory
+    /// budget, at most a quarter of it).
     pub memtable_bytes: usize,
     /// Size after which the value log starts a new data file.
     pub vdls_file_bytes: u64,
@@ -33,8 +34,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            page_cache_bytes: 512 << 20,
-            block_cache_bytes: 64 << 20,
+            memory_budget_bytes: 2 << 30,
             delta_threshold: 128,
             base_threshold: 256,
             max_delta_chain: 8,
@@ -44,6 +44,35 @@ impl Default for Options {
             max_key_bytes: 65_535,
             max_value_bytes: 16 << 20,
             read_threads: 32,
+        }
+    }
+}
+
+/// How the memory budget is spent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemorySplit {
+    /// Decoded pages.
+    pub page_cache_bytes: u64,
+    /// Index blocks of the index files.
+    pub block_cache_bytes: u64,
+    /// The MemIndexTable's flush threshold.
+    pub memtable_bytes: usize,
+}
+
+impl Options {
+    /// The split of [`Options::memory_budget_bytes`]: the MemIndexTable its `memtable_bytes` (at most a quarter of
+    /// the budget), then 1/32 of the rest for index blocks (a page found through the in-memory lookup block needs
+    /// at most one index block; the hot ones are few) and everything else for decoded pages, which is what keeps
+    /// commits and reads off the disk.
+    pub fn memory_split(&self) -> MemorySplit {
+        let budget = self.memory_budget_bytes;
+        let memtable = (self.memtable_bytes as u64).min(budget / 4);
+        let rest = budget - memtable;
+        let block = rest / 32;
+        MemorySplit {
+            page_cache_bytes: rest - block,
+            block_cache_bytes: block,
+            memtable_bytes: usize::try_from(memtable).unwrap_or(usize::MAX).max(1),
         }
     }
 }

@@ -32,9 +32,9 @@ use crate::lsvps::{
 use crate::metrics::{Counters, Snapshot};
 use crate::options::Options;
 use crate::roots_log::{RootEntry, RootsLog};
-use crate::trie::page::{self, Change, Head, Page, Record as PageRecord, Slots};
-use crate::trie::{self, Leaf, Node, PageSource, PageWrite, Write};
-use crate::vdls::{Location, Position, Record, Vdls, VdlsOptions};
+use crate::trie::page::{self, Change, Child, Head, Page, Record as PageRecord, Root};
+use crate::trie::{self, Cell, Leaf, PageSource, PageWrite, Updated, Write};
+use crate::vdls::{put_record_len, Location, Position, Record, Vdls, VdlsOptions};
 
 /// One trie's history: its root and root-page version after every commit since it was created.
 #[derive(Default)]
@@ -90,7 +90,7 @@ struct PageWeighter;
 
 impl quick_cache::Weighter<(TrieId, PageId, Version), Arc<Page>> for PageWeighter {
     fn weight(&self, _: &(TrieId, PageId, Version), page: &Arc<Page>) -> u64 {
-        u64::from(page.weight).max(1)
+        u64::from(page.weight()).max(1)
     }
 }
 
@@ -99,6 +99,8 @@ impl quick_cache::Weighter<(TrieId, PageId, Version), Arc<Page>> for PageWeighte
 struct Engine {
     dir: PathBuf,
     opts: Options,
+    /// The MemIndexTable's share of the memory budget: it is flushed when it holds more.
+    memtable_limit: usize,
     counters: Arc<Counters>,
     files: Vec<Arc<IndexFile>>,
     mem: MemIndexTable,
@@ -115,14 +117,7 @@ struct Engine {
 /// A computed but not yet published commit.
 struct Plan {
     version: Version,
-    tries: Vec<(TrieId, Node, Vec<PageWrite>)>,
-}
-
-/// A page write with the slot changes against its previous version and its cache weight, computed in parallel.
-struct Prepared {
-    pw: PageWrite,
-    changes: Vec<page::Change>,
-    weight: u32,
+    tries: Vec<(TrieId, Updated)>,
 }
 
 /// The result of [`Store::verify_full`].
@@ -134,6 +129,22 @@ pub struct FullVerification {
     pub keys: u64,
     /// Pages whose stored hashes were checked.
     pub pages: u64,
+}
+
+/// The engine's memory by use (see [`Store::memory`]). The caches are bounded by their shares of the budget; the
+/// MemIndexTable is flushed when it passes its share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Decoded pages in the page cache, by their cache weight (their heap footprint).
+    pub page_cache_bytes: u64,
+    /// Pages in the page cache.
+    pub page_cache_pages: u64,
+    /// Index blocks in the block cache.
+    pub block_cache_bytes: u64,
+    /// Page records not yet flushed to an index file.
+    pub memtable_bytes: u64,
+    /// The budget.
+    pub budget_bytes: u64,
 }
 
 /// One entry of a key's history.
@@ -169,7 +180,8 @@ impl Store {
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         let lock = lock_dir(&dir, LOCK_FILE)?;
         let counters = Arc::new(Counters::default());
-        let block_cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
+        let split = opts.memory_split();
+        let block_cache = Arc::new(BlockCache::new(split.block_cache_bytes));
 
         // LSVPS: every complete index file; temporary files are flushes that never finished.
         let lsvps_dir = dir.join("lsvps");
@@ -223,14 +235,15 @@ impl Store {
             }
         }
         let page_cache = PageCache::with_weighter(
-            (opts.page_cache_bytes / 4096).max(16) as usize,
-            opts.page_cache_bytes.max(1),
+            (split.page_cache_bytes / 4096).max(16) as usize,
+            split.page_cache_bytes.max(1),
             PageWeighter,
         );
         let mut engine = Engine {
             dir: dir.clone(),
             next_file_no: numbered.last().map_or(1, |(n, _)| n + 1),
             opts: opts.clone(),
+            memtable_limit: split.memtable_bytes,
             counters: counters.clone(),
             files,
             mem: MemIndexTable::new(),
@@ -406,40 +419,73 @@ impl Store {
     }
 
     fn commit_staged(&mut self, version: Version, staged: Staged) -> Result<Vec<Digest>> {
+        // A record's length does not depend on its link to the key's previous record, so every Put gets its
+        // value-log location before the trie is walked: one walk then both builds the new leaves and finds the
+        // previous records (a separate lookup walk per key cost as much as the update itself).
+        let put_lens: Vec<u32> = staged
+            .iter()
+            .filter_map(|(_, (k, v))| v.as_ref().map(|v| put_record_len(k.len(), v.len())))
+            .collect();
+        let locs = self.vdls.next_locations(&put_lens)?;
+        let mut next_loc = locs.iter();
         let mut writes: BTreeMap<TrieId, Vec<Write>> = BTreeMap::new();
-        // Each record links to the key's previous record: the latest leaves are looked up on all cores first.
-        let staged: Vec<_> = staged.into_iter().collect();
-        let engine = &self.engine;
-        let prevs: Vec<Option<Location>> = staged
-            .par_iter()
-            .map(|((tid, path), _)| Ok(engine.latest_leaf(*tid, path)?.map(|l| l.loc)))
-            .collect::<Result<_>>()?;
-        for (((tid, path), (key, value)), prev) in staged.into_iter().zip(prevs) {
-            let rec = match value {
-                Some(value) => Record::Put {
-                    version,
-                    tid,
-                    key,
-                    value,
-                    prev,
-                },
-                // Deleting an absent key changes nothing and is not logged.
-                None if prev.is_none() => continue,
-                None => Record::Delete {
-                    version,
-                    tid,
-                    key,
-                    prev,
-                },
+        for ((tid, path), (_, value)) in &staged {
+            let leaf = match value {
+                Some(v) => {
+                    let loc = *next_loc.next().ok_or_else(|| {
+                        Error::corrupt(self.engine.dir.join("vdls"), 0, "too few locations")
+                    })?;
+                    Some(Leaf::new(*path, value_hash(v), version, loc))
+                }
+                // Deleting in a trie that does not exist changes nothing (and must not create the trie).
+                None if !self.engine.tries.contains_key(tid) => continue,
+                None => None,
             };
-            let loc = self.vdls.append(&rec)?;
-            let leaf = match &rec {
-                Record::Put { value, .. } => Some(Leaf::new(path, value_hash(value), version, loc)),
-                _ => None,
-            };
-            writes.entry(tid).or_default().push(Write { path, leaf });
+            writes
+                .entry(*tid)
+                .or_default()
+                .push(Write { path: *path, leaf });
         }
         let plan = self.engine.plan(version, &writes)?;
+        let mut prevs: HashMap<(TrieId, KeyPath), Location> = HashMap::new();
+        for (tid, u) in &plan.tries {
+            prevs.extend(u.prevs.iter().map(|(p, l)| ((*tid, *p), *l)));
+        }
+        // Puts in the order their locations were given, then the deletes of keys that existed (deleting an
+        // absent key changes nothing and is not logged).
+        let mut deletes = Vec::new();
+        let mut expected = locs.into_iter();
+        for ((tid, path), (key, value)) in staged {
+            let prev = prevs.get(&(tid, path)).copied();
+            match value {
+                Some(value) => {
+                    let loc = self.vdls.append(&Record::Put {
+                        version,
+                        tid,
+                        key,
+                        value,
+                        prev,
+                    })?;
+                    if expected.next() != Some(loc) {
+                        return Err(Error::corrupt(
+                            self.engine.dir.join("vdls"),
+                            loc.offset,
+                            "a value record did not land where the trie leaf points",
+                        ));
+                    }
+                }
+                None if prev.is_some() => deletes.push(Record::Delete {
+                    version,
+                    tid,
+                    key,
+                    prev,
+                }),
+                None => {}
+            }
+        }
+        for rec in &deletes {
+            self.vdls.append(rec)?;
+        }
         let payload = self.engine.payload(&plan);
         let end = self.vdls.commit(version, &payload)?;
         self.engine.apply(plan, end)?;
@@ -470,7 +516,7 @@ impl Store {
         Counters::add(&self.engine.counters.gets, 1);
         let root = self.engine.root_page(tid, version)?;
         let path = KeyPath::of(key);
-        match trie::get(&self.engine, tid, &root.root, 0, &path)? {
+        match trie::get(&self.engine, tid, &root, &path)? {
             Some(leaf) => Ok(Some(self.read_value(&leaf, Some(key))?.1)),
             None => Ok(None),
         }
@@ -495,7 +541,7 @@ impl Store {
         let (leaves, records) = self.read_pool.install(|| -> Result<_> {
             let leaves: Vec<Option<Leaf>> = keys
                 .par_iter()
-                .map(|k| trie::get(&self.engine, tid, &root.root, 0, &KeyPath::of(k)))
+                .map(|k| trie::get(&self.engine, tid, &root, &KeyPath::of(k)))
                 .collect::<Result<_>>()?;
             let locs: Vec<Location> = leaves.iter().flatten().map(|l| l.loc).collect();
             Ok((leaves, self.vdls.read_many(&locs)))
@@ -582,7 +628,7 @@ impl Store {
         let mut paths: Vec<KeyPath> = keys.iter().map(|k| KeyPath::of(k)).collect();
         paths.sort();
         paths.dedup();
-        let proof = trie::prove(&self.engine, tid, &root.root, &paths)?;
+        let proof = trie::prove(&self.engine, tid, &root, &paths)?;
         Ok((values, proof))
     }
 
@@ -661,8 +707,7 @@ impl Store {
             keys: 0,
             pages: 0,
         };
-        let computed =
-            self.verify_node(tid, &root.root, 0, &KeyPath([0; 32]), &mut stats, progress)?;
+        let computed = self.verify_page(tid, &root, &mut stats, progress)?;
         progress(stats.keys);
         if computed != *comm {
             return Err(Error::Mismatch {
@@ -675,73 +720,94 @@ impl Store {
         Ok(stats)
     }
 
-    fn verify_node(
+    /// Recomputes the hash of a leaf from its value record.
+    fn verify_leaf(
         &self,
-        tid: TrieId,
-        node: &Node,
-        depth: usize,
-        prefix: &KeyPath,
+        l: &Leaf,
         stats: &mut FullVerification,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Hash> {
-        match node {
-            Node::Empty => Ok(EMPTY),
-            Node::Leaf(l) => {
-                let rec = self.vdls.read(l.loc)?;
-                let Record::Put { key, value, .. } = rec else {
-                    return Err(Error::corrupt(
-                        self.engine.dir.join("vdls"),
-                        l.loc.offset,
-                        "leaf points at a non-put record",
-                    ));
-                };
-                let path = KeyPath::of(&key);
-                let computed = leaf_hash(&path, &value_hash(&value));
-                if computed != l.hash() {
-                    return Err(Error::Mismatch {
-                        at: format!(
-                            "leaf of key {} (value record at file {} offset {})",
-                            letus_verify::hex::encode(&key),
-                            l.loc.file_id,
-                            l.loc.offset
-                        ),
-                        expected: l.hash(),
-                        computed,
-                    });
-                }
-                stats.keys += 1;
-                if stats.keys.is_multiple_of(4096) {
-                    progress(stats.keys);
-                }
-                Ok(computed)
-            }
-            Node::Branch(b) => {
-                let mut hashes = [EMPTY; 16];
-                for (c, child) in b.children.iter().enumerate() {
-                    let mut p = *prefix;
-                    trie::set_nibble(&mut p, depth, c as u8);
-                    hashes[c] = self.verify_node(tid, child, depth + 1, &p, stats, progress)?;
-                }
-                Ok(letus_verify::fold::fold(&hashes))
-            }
-            Node::Page { hash, version } => {
-                let id = trie::page_id(prefix, depth);
-                let page = self.engine.load(tid, id, *version)?;
-                let computed = self.verify_node(tid, &page.root, depth, prefix, stats, progress)?;
-                stats.pages += 1;
-                if computed != *hash {
-                    return Err(Error::Mismatch {
-                        at: format!(
-                            "page at depth {depth} (prefix {}) version {version}",
-                            letus_verify::hex::encode(&id.prefix[..depth / 2])
-                        ),
-                        expected: *hash,
-                        computed,
-                    });
-                }
-                Ok(computed)
-            }
+        let rec = self.vdls.read(l.loc)?;
+        let Record::Put { key, value, .. } = rec else {
+            return Err(Error::corrupt(
+                self.engine.dir.join("vdls"),
+                l.loc.offset,
+                "leaf points at a non-put record",
+            ));
+        };
+        let path = KeyPath::of(&key);
+        let computed = leaf_hash(&path, &value_hash(&value));
+        if computed != l.hash() || path != l.path {
+            return Err(Error::Mismatch {
+                at: format!(
+                    "leaf of key {} (value record at file {} offset {})",
+                    letus_verify::hex::encode(&key),
+                    l.loc.file_id,
+                    l.loc.offset
+                ),
+                expected: l.hash(),
+                computed,
+            });
         }
+        stats.keys += 1;
+        if stats.keys.is_multiple_of(4096) {
+            progress(stats.keys);
+        }
+        Ok(computed)
+    }
+
+    /// Recomputes the hash of `page` from the values below it, checking every child page's stored hash.
+    fn verify_page(
+        &self,
+        tid: TrieId,
+        page: &Page,
+        stats: &mut FullVerification,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Hash> {
+        stats.pages += 1;
+        match page.root() {
+            Root::Empty => return Ok(EMPTY),
+            Root::Leaf(l) => return self.verify_leaf(l, stats, progress),
+            Root::Branch => {}
+        }
+        let mut children = [EMPTY; 16];
+        for (c, h) in children.iter_mut().enumerate() {
+            let c = c as u8;
+            *h = match page.child(c) {
+                Child::Empty => EMPTY,
+                Child::Leaf(l) => self.verify_leaf(l, stats, progress)?,
+                Child::Branch(_) => {
+                    let mut grand = [EMPTY; 16];
+                    for (slot, cell) in page.grandchildren(c) {
+                        let (_, g) = trie::slot_nibbles(*slot);
+                        grand[usize::from(g)] = match cell {
+                            Cell::Leaf(l) => self.verify_leaf(l, stats, progress)?,
+                            Cell::Page { hash, version } => {
+                                let id = page.id.child(c, g);
+                                let child = self.engine.load(tid, id, *version)?;
+                                let computed = self.verify_page(tid, &child, stats, progress)?;
+                                if computed != *hash {
+                                    return Err(Error::Mismatch {
+                                        at: format!(
+                                            "page at depth {} (prefix {}) version {version}",
+                                            id.depth,
+                                            letus_verify::hex::encode(
+                                                &id.prefix[..usize::from(id.depth) / 2]
+                                            )
+                                        ),
+                                        expected: *hash,
+                                        computed,
+                                    });
+                                }
+                                computed
+                            }
+                        };
+                    }
+                    letus_verify::fold::fold(&grand)
+                }
+            };
+        }
+        Ok(letus_verify::fold::fold(&children))
     }
 
     /// Calls `f` with every `(key, value)` of trie `tid` at `version`, in path order (the order of a state export).
@@ -753,18 +819,11 @@ impl Store {
     ) -> Result<u64> {
         let root = self.engine.root_page(tid, version)?;
         let mut n = 0u64;
-        trie::walk(
-            &self.engine,
-            tid,
-            &root.root,
-            0,
-            &KeyPath([0; 32]),
-            &mut |leaf| {
-                let (k, v) = self.read_value(leaf, None)?;
-                n += 1;
-                f(&k, &v)
-            },
-        )?;
+        trie::walk(&self.engine, tid, &root, &mut |leaf| {
+            let (k, v) = self.read_value(leaf, None)?;
+            n += 1;
+            f(&k, &v)
+        })?;
         Ok(n)
     }
 
@@ -828,6 +887,18 @@ impl Store {
         self.engine.counters.snapshot()
     }
 
+    /// What the engine holds in memory now, against its budget ([`Options::memory_budget_bytes`]).
+    pub fn memory(&self) -> MemoryUse {
+        let e = &self.engine;
+        MemoryUse {
+            page_cache_bytes: e.page_cache.weight(),
+            page_cache_pages: e.page_cache.len() as u64,
+            block_cache_bytes: e.block_cache.weight(),
+            memtable_bytes: e.mem.bytes() as u64,
+            budget_bytes: e.opts.memory_budget_bytes,
+        }
+    }
+
     /// Bytes on disk: value log, index files, roots log.
     pub fn disk_bytes(&self) -> u64 {
         self.vdls.disk_bytes()
@@ -858,6 +929,19 @@ impl PageSource for Engine {
         let page = Arc::new(self.read_page(tid, id, version)?);
         self.page_cache.insert(key, page.clone());
         Ok(page)
+    }
+
+    fn take(&self, tid: TrieId, id: PageId, version: Version) -> Result<Arc<Page>> {
+        if let Some((_, p)) = self.page_cache.remove(&(tid, id, version)) {
+            Counters::add(&self.counters.page_cache_hits, 1);
+            return Ok(p);
+        }
+        Counters::add(&self.counters.page_cache_misses, 1);
+        Ok(Arc::new(self.read_page(tid, id, version)?))
+    }
+
+    fn give_back(&self, tid: TrieId, page: Arc<Page>) {
+        self.page_cache.insert((tid, page.id, page.version), page);
     }
 }
 
@@ -950,7 +1034,7 @@ impl Engine {
                 .ok_or_else(|| bad(&path, "delta page points at a missing record"))?;
             chain.push(PageRecord::decode(&b).map_err(|w| bad(&p, w))?);
         };
-        let mut slots: Slots = base_slots;
+        let mut slots: Vec<(page::SlotNo, Cell)> = base_slots;
         let mut newest = match chain.last() {
             Some(PageRecord::Base { version, .. }) => *version,
             _ => 0,
@@ -971,9 +1055,8 @@ impl Engine {
                 &format!("records reach version {newest}, the parent refers to {version}"),
             ));
         }
-        let root = page::from_slots(&id, &slots).map_err(|w| bad(&path, w))?;
         head.chain = u32::try_from(chain.len()).unwrap_or(u32::MAX);
-        Ok(Page::new(id, version, root, Some(head)))
+        Page::build(id, version, Some(head), slots).map_err(|w| bad(&path, w))
     }
 
     fn root_page(&self, tid: TrieId, version: Version) -> Result<Arc<Page>> {
@@ -994,7 +1077,7 @@ impl Engine {
             return Ok(None);
         }
         let root = self.root_page(tid, v)?;
-        trie::get(self, tid, &root.root, 0, path)
+        trie::get(self, tid, &root, path)
     }
 
     fn exact_index(&self, t: &TrieState, version: Version) -> Result<usize> {
@@ -1023,11 +1106,10 @@ impl Engine {
                 continue;
             }
             let root = match self.tries.get(&tid).and_then(|t| t.page_versions.last()) {
-                Some(&pv) => Some(self.load(tid, PageId::ROOT, pv)?),
+                Some(&pv) => Some(self.take(tid, PageId::ROOT, pv)?),
                 None => None,
             };
-            let (new_root, pages) = trie::update(self, tid, root, ws, version)?;
-            tries.push((tid, new_root, pages));
+            tries.push((tid, trie::update(self, tid, root, ws, version)?));
         }
         Ok(Plan { version, tries })
     }
@@ -1039,8 +1121,8 @@ impl Engine {
             .iter()
             .filter_map(|(t, s)| s.roots.last().map(|r| (*t, *r)))
             .collect();
-        for (tid, root, _) in &plan.tries {
-            roots.insert(*tid, root.hash());
+        for (tid, u) in &plan.tries {
+            roots.insert(*tid, u.root);
         }
         let mut out = Vec::with_capacity(4 + roots.len() * 36);
         out.extend_from_slice(&(roots.len() as u32).to_le_bytes());
@@ -1055,34 +1137,25 @@ impl Engine {
     fn apply(&mut self, plan: Plan, end: Position) -> Result<()> {
         let version = plan.version;
         let mut new_roots: BTreeMap<TrieId, (Hash, Version)> = BTreeMap::new();
-        for (tid, root, pages) in plan.tries {
+        for (tid, u) in plan.tries {
             let mut root_version = None;
-            // The per-page work that needs no engine state (slot diffs, cache weights) runs on all cores; the
-            // records are then chained and published in order.
-            let prepared: Vec<Prepared> = pages
-                .into_par_iter()
-                .map(|pw| {
-                    let changes = match &pw.old {
-                        Some(old) => page::diff_nodes(&old.root, &pw.new_root),
-                        None => page::diff(&Slots::new(), &page::slots(&pw.new_root)),
-                    };
-                    let weight = Page::weight_of(&pw.new_root);
-                    Prepared {
-                        pw,
-                        changes,
-                        weight,
-                    }
-                })
-                .collect();
-            for p in prepared {
-                let is_root = p.pw.id == PageId::ROOT;
-                let v = self.persist_page(tid, p, version)?;
+            for pw in u.pages {
+                let is_root = pw.new.id == PageId::ROOT;
+                let v = self.persist_page(tid, pw, version)?;
                 if is_root {
                     root_version = Some(v);
                 }
             }
-            let pv = root_version.unwrap_or(version);
-            new_roots.insert(tid, (root.hash(), pv));
+            // An unchanged root page keeps its version.
+            let pv = match root_version {
+                Some(v) => v,
+                None => self
+                    .tries
+                    .get(&tid)
+                    .and_then(|t| t.page_versions.last().copied())
+                    .unwrap_or(version),
+            };
+            new_roots.insert(tid, (u.root, pv));
         }
         for tid in new_roots.keys() {
             self.tries.entry(*tid).or_default();
@@ -1112,7 +1185,7 @@ impl Engine {
         self.versions.push(version);
         let n = self.roots_log.write()?;
         Counters::add(&self.counters.bytes_written, n);
-        if self.mem.bytes() >= self.opts.memtable_bytes {
+        if self.mem.bytes() >= self.memtable_limit {
             self.flush(end)?;
         }
         Ok(())
@@ -1120,22 +1193,23 @@ impl Engine {
 
     /// Stores one page write as a BasePage or DeltaPage in the MemIndexTable; returns the page's version after
     /// it (the old version when nothing changed).
-    fn persist_page(&mut self, tid: TrieId, p: Prepared, version: Version) -> Result<Version> {
-        let Prepared {
-            pw,
+    fn persist_page(&mut self, tid: TrieId, pw: PageWrite, version: Version) -> Result<Version> {
+        let PageWrite {
+            old,
+            new: mut page,
             changes,
-            weight,
-        } = p;
-        if let Some(old) = &pw.old {
+        } = pw;
+        if let Some(old) = &old {
             if changes.is_empty() {
                 return Ok(old.version);
             }
         }
-        let key = (tid, pw.id);
+        let id = page.id;
+        let key = (tid, id);
         // A page that did not exist before (or reappears after collapsing) always starts with a BasePage: a delta
         // must apply to exactly the previous state of the same page.
         let previous = self.pages.remove(&key);
-        let state = match &pw.old {
+        let state = match &old {
             None => None,
             Some(old) => previous.or_else(|| {
                 old.head.map(|h| PageState {
@@ -1177,7 +1251,7 @@ impl Engine {
                 let bytes =
                     page::encode_delta(active.first_version, since, active.prev, &active.entries);
                 self.mem_insert(
-                    PageKey::new(tid, pw.id, active.first_version, PageKind::Delta),
+                    PageKey::new(tid, id, active.first_version, PageKind::Delta),
                     bytes,
                     version,
                 );
@@ -1197,14 +1271,9 @@ impl Engine {
             }
             // A new page, or Tb updates since the last checkpoint: write a BasePage.
             _ => {
-                let rec = PageRecord::Base {
-                    version,
-                    since_base: 0,
-                    slots: page::slots(&pw.new_root),
-                };
                 self.mem_insert(
-                    PageKey::new(tid, pw.id, version, PageKind::Base),
-                    rec.encode(),
+                    PageKey::new(tid, id, version, PageKind::Base),
+                    page::encode_base(version, 0, page.cells()),
                     version,
                 );
                 head = Head {
@@ -1223,19 +1292,13 @@ impl Engine {
             }
         };
         self.pages.insert(key, new_state);
-        let page = Arc::new(Page::with_weight(
-            pw.id,
-            version,
-            pw.new_root,
-            Some(head),
-            weight,
-        ));
+        page.head = Some(head);
         // The superseded version is rarely read again (only by historical reads, which reload it); keeping the cache
         // for latest versions is what makes the next commits and reads cheap.
-        if let Some(old) = &pw.old {
-            self.page_cache.remove(&(tid, pw.id, old.version));
+        if let Some(old) = &old {
+            self.page_cache.remove(&(tid, id, old.version));
         }
-        self.page_cache.insert((tid, pw.id, version), page);
+        self.page_cache.insert((tid, id, version), Arc::new(page));
         Ok(version)
     }
 

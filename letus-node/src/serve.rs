@@ -16,7 +16,7 @@ use serde::Deserialize;
 /// Options of `letus serve`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
-    /// TOML configuration file (keys: data, listen, token, max_body_bytes, page_cache_bytes, max_proof_keys).
+    /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_proof_keys).
     #[arg(long, env = "LETUS_CONFIG")]
     pub config: Option<PathBuf>,
     /// Data directory.
@@ -31,9 +31,10 @@ pub struct ServeArgs {
     /// Largest request body in bytes.
     #[arg(long, env = "LETUS_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
-    /// Page cache size in bytes.
-    #[arg(long, env = "LETUS_PAGE_CACHE_BYTES")]
-    pub page_cache_bytes: Option<u64>,
+    /// The engine's memory budget in bytes (decoded pages, index blocks and unflushed page records together;
+    /// default 2 GiB). The state may be far larger: what does not fit is read back from disk.
+    #[arg(long, env = "LETUS_MEMORY_BUDGET_BYTES")]
+    pub memory_budget_bytes: Option<u64>,
     /// Serve a directory of static files under a URL prefix, as `PREFIX=DIR` (repeatable), e.g.
     /// `--static /wallet=examples/wallet --static /js=js`.
     #[arg(long = "static", value_name = "PREFIX=DIR")]
@@ -47,7 +48,7 @@ struct FileConfig {
     listen: Option<String>,
     token: Option<String>,
     max_body_bytes: Option<usize>,
-    page_cache_bytes: Option<u64>,
+    memory_budget_bytes: Option<u64>,
     max_proof_keys: Option<usize>,
 }
 
@@ -85,8 +86,8 @@ impl ServeArgs {
             limits.max_proof_keys = k;
         }
         let mut options = Options::default();
-        if let Some(c) = self.page_cache_bytes.or(file.page_cache_bytes) {
-            options.page_cache_bytes = c;
+        if let Some(c) = self.memory_budget_bytes.or(file.memory_budget_bytes) {
+            options.memory_budget_bytes = c;
         }
         let mut static_dirs = Vec::new();
         for s in &self.static_dirs {

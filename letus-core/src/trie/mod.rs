@@ -1,25 +1,42 @@
 //! The DMM-Trie over pages: batch updates that produce new page versions, reads, proofs and leaf walks at any
 //! version. Pages come from a [`PageSource`] (the store: page cache in front of LSVPS); this module never does I/O.
+//!
+//! Every walk works on [`Page`]s directly (slots plus the hashes of the inline branches): an update touches only
+//! the children its keys fall in, rebuilds the slot list of each page it changes once, and knows the slot changes
+//! it made (the DeltaPage) without comparing trees.
 
 pub mod node;
 pub mod page;
 
 use std::sync::Arc;
 
-use letus_verify::fold::{fold_range, Frontier};
+use letus_verify::fold::{fold, fold_range, Frontier};
 use letus_verify::proof::Record as ProofRecord;
 use letus_verify::{Hash, KeyPath, Proof, TrieId, Version};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lsvps::PageId;
-pub use node::{Leaf, Node};
-pub use page::Page;
+use crate::vdls::Location;
+pub use node::{Cell, Leaf};
+use page::{child_slot, grand_hashes, grand_slot, Change, Child, Lookup, Root, SlotNo};
+pub use page::{Head, Page};
 
 /// Where pages come from: `load` returns page `id` of trie `tid` exactly as it was at `version` (a version at
 /// which that page was written).
 pub trait PageSource: Sync {
     /// Loads one page version.
     fn load(&self, tid: TrieId, id: PageId, version: Version) -> Result<Arc<Page>>;
+
+    /// Loads a page version that an update is about to replace. A source with a cache may drop its copy: the
+    /// update builds the new version while the old one is still held only by the update, so that a large commit
+    /// never keeps both versions of every page it touches in memory. The update gives unchanged pages back
+    /// through [`PageSource::give_back`].
+    fn take(&self, tid: TrieId, id: PageId, version: Version) -> Result<Arc<Page>> {
+        self.load(tid, id, version)
+    }
+
+    /// Returns a page taken with [`PageSource::take`] that the update did not change.
+    fn give_back(&self, _tid: TrieId, _page: Arc<Page>) {}
 }
 
 /// The id of the page whose root sits at `depth` (even) on `path`.
@@ -28,11 +45,6 @@ pub fn page_id(path: &KeyPath, depth: usize) -> PageId {
     let full = depth / 2;
     if let (Some(dst), Some(src)) = (prefix.get_mut(..full), path.0.get(..full)) {
         dst.copy_from_slice(src);
-    }
-    if depth % 2 == 1 {
-        if let (Some(d), Some(s)) = (prefix.get_mut(full), path.0.get(full)) {
-            *d = s & 0xf0;
-        }
     }
     PageId {
         depth: depth as u8,
@@ -70,15 +82,35 @@ pub struct Write {
     pub leaf: Option<Leaf>,
 }
 
-/// A page written by an update: the new root node of page `id`, and the version it replaces (if any).
+/// What a [`PageWrite`] keeps of the page version it replaces.
+#[derive(Clone, Copy, Debug)]
+pub struct Prior {
+    /// Its version.
+    pub version: Version,
+    /// Its newest stored record, if it has been stored.
+    pub head: Option<Head>,
+}
+
+/// A page written by an update.
 #[derive(Clone, Debug)]
 pub struct PageWrite {
-    /// Which page.
-    pub id: PageId,
-    /// The page as it was before (for the delta), `None` for a page that did not exist.
-    pub old: Option<Arc<Page>>,
-    /// The page's new root node (a branch, or for the root page possibly empty or a leaf).
-    pub new_root: Node,
+    /// The page as it was before, `None` for a page that did not exist.
+    pub old: Option<Prior>,
+    /// The page at the new version (`head` not yet set: the store chooses the record).
+    pub new: Page,
+    /// The slot changes from `old` (or from nothing) to `new`, in slot order; never empty for a page that existed.
+    pub changes: Vec<Change>,
+}
+
+/// The result of [`update`].
+#[derive(Debug)]
+pub struct Updated {
+    /// The trie's new root hash.
+    pub root: Hash,
+    /// Every page written, child pages before their parents; the root page last, when it changed.
+    pub pages: Vec<PageWrite>,
+    /// For every write whose key had a leaf before: the path and the location of that leaf's value record.
+    pub prevs: Vec<(KeyPath, Location)>,
 }
 
 struct Updater<'a, S: PageSource> {
@@ -86,241 +118,502 @@ struct Updater<'a, S: PageSource> {
     tid: TrieId,
     version: Version,
     pages: Vec<PageWrite>,
+    prevs: Vec<(KeyPath, Location)>,
+    /// The children a parallel worker updated (see [`Updater::update_page`]).
+    outs: Vec<ChildOut>,
 }
 
-/// Applies `writes` (sorted by path, unique) to the trie whose root page is `root` (`None` for a new trie) and
-/// returns the new root node and every page written, child pages before their parents.
+/// The new content of one child `c` of a page: its leaf (slot `1 + c`), or its grandchild slots and the hash of
+/// the branch they form.
+struct ChildOut {
+    c: u8,
+    leaf: Option<Leaf>,
+    grand: Vec<(SlotNo, Cell)>,
+    hash: Option<Hash>,
+}
+
+impl ChildOut {
+    fn leaf(c: u8, leaf: Option<Leaf>) -> ChildOut {
+        ChildOut {
+            c,
+            leaf,
+            grand: Vec::new(),
+            hash: None,
+        }
+    }
+
+    /// A child that is a branch over `grand` (non-empty); hashes the branch.
+    fn branch(c: u8, grand: Vec<(SlotNo, Cell)>) -> ChildOut {
+        let hash = Some(fold(&grand_hashes(&grand)));
+        ChildOut {
+            c,
+            leaf: None,
+            grand,
+            hash,
+        }
+    }
+}
+
+/// A page's content before normalization: slots and inline branch hashes.
+type Parts = (Vec<(SlotNo, Cell)>, Vec<(u8, Hash)>);
+
+/// Applies `writes` (sorted by path, unique) to the trie whose root page is `root` (`None` for a new trie).
 pub fn update<S: PageSource>(
     src: &S,
     tid: TrieId,
     root: Option<Arc<Page>>,
     writes: &[Write],
     version: Version,
-) -> Result<(Node, Vec<PageWrite>)> {
+) -> Result<Updated> {
     let mut u = Updater {
         src,
         tid,
         version,
         pages: Vec::new(),
+        prevs: Vec::new(),
+        outs: Vec::new(),
     };
-    let empty = Node::Empty;
-    let root_node = root.as_ref().map_or(&empty, |p| &p.root);
-    let new_root = match root_node {
-        // The usual case: the 16 subtrees below the root are independent, so they are updated on all cores.
-        Node::Branch(b) => {
-            let (children, pages) =
-                update_children_parallel(src, tid, version, &b.children, writes)?;
-            u.pages = pages;
-            Node::normalize(children)
+    let cell = match root {
+        // The 16 subtrees below the root are independent: they are updated on all cores. The root page never
+        // disappears (an empty trie has an empty root page).
+        Some(old) => u
+            .update_page(old, writes, true)?
+            .ok_or_else(|| internal("the root page vanished"))?,
+        None => {
+            let leaves = u.puts(None, writes);
+            let parts = u.build_page_cells(0, &leaves)?;
+            u.finish_page(PageId::ROOT, None, parts, None)?
+                .ok_or_else(|| internal("a new root page vanished"))?
         }
-        _ => u.update(0, root_node, writes)?.0,
     };
-    u.pages.push(PageWrite {
-        id: PageId::ROOT,
-        old: root,
-        new_root: new_root.clone(),
-    });
-    Ok((new_root, u.pages))
+    Ok(Updated {
+        root: cell.hash(),
+        pages: u.pages,
+        prevs: u.prevs,
+    })
 }
 
-/// The root branch's children after `writes` (sorted), each child's subtree updated by its own [`Updater`] on the
-/// rayon pool; the pages written, in the order a serial update would list them (child pages before parents).
-fn update_children_parallel<S: PageSource>(
-    src: &S,
-    tid: TrieId,
-    version: Version,
-    children: &[Node; 16],
-    writes: &[Write],
-) -> Result<([Node; 16], Vec<PageWrite>)> {
-    use rayon::prelude::*;
-    let groups: Vec<(usize, &[Write])> = nibble_groups(writes, 0, |w| &w.path)
-        .map(|(c, _, group)| (usize::from(c), group))
-        .collect();
-    let done: Vec<Result<(usize, Node, Vec<PageWrite>)>> = groups
-        .into_par_iter()
-        .map(|(c, group)| {
-            let mut u = Updater {
-                src,
-                tid,
-                version,
-                pages: Vec::new(),
-            };
-            // Depth 1 is odd: the child stays inline in the root page, so there is nothing to wrap.
-            let (raw, _) = u.update(1, &children[c], group)?;
-            Ok((c, raw, u.pages))
-        })
-        .collect();
-    let mut out = children.clone();
-    let mut pages = Vec::new();
-    for d in done {
-        let (c, node, p) = d?;
-        out[c] = node;
-        pages.extend(p);
-    }
-    Ok((out, pages))
+fn internal(what: &str) -> Error {
+    Error::corrupt("trie", 0, what)
 }
 
 impl<S: PageSource> Updater<'_, S> {
-    /// Returns the updated node at `depth` (not yet wrapped into a page) and, when `node` was a page reference, the
-    /// page it referred to.
-    fn update(
+    /// Updates the existing page `old` with `writes` (all below it); returns what its parent holds in its place:
+    /// nothing, a leaf that moved up, or the page reference (the old one when nothing changed).
+    fn update_page(
         &mut self,
-        depth: usize,
-        node: &Node,
+        old: Arc<Page>,
         writes: &[Write],
-    ) -> Result<(Node, Option<Arc<Page>>)> {
-        let Some(first) = writes.first() else {
-            return Ok((node.clone(), None));
-        };
-        match node {
-            Node::Page { version, .. } => {
-                let page = self
-                    .src
-                    .load(self.tid, page_id(&first.path, depth), *version)?;
-                let (raw, _) = self.update(depth, &page.root, writes)?;
-                Ok((raw, Some(page)))
-            }
-            Node::Empty => Ok((self.build(depth, &puts(None, writes)), None)),
-            Node::Leaf(l) => Ok((self.build(depth, &puts(Some(l), writes)), None)),
-            Node::Branch(b) => {
-                let mut children = b.children.clone();
-                for (c, first, group) in nibble_groups(writes, depth, |w| &w.path) {
-                    let slot = &mut children[usize::from(c)];
-                    let (raw, old) = self.update(depth + 1, slot, group)?;
-                    *slot = self.wrap(depth + 1, first, raw, old);
-                }
-                Ok((Node::normalize(children), None))
-            }
-        }
-    }
-
-    /// A subtree holding exactly `leaves` (sorted by path) at `depth`.
-    fn build(&mut self, depth: usize, leaves: &[Leaf]) -> Node {
-        match leaves {
-            [] => Node::Empty,
-            [one] => Node::Leaf(Arc::new(*one)),
-            _ => {
-                let mut children: [Node; 16] = Default::default();
-                for (c, first, group) in nibble_groups(leaves, depth, |l| &l.path) {
-                    let raw = self.build(depth + 1, group);
-                    children[usize::from(c)] = self.wrap(depth + 1, first, raw, None);
-                }
-                Node::normalize(children)
-            }
-        }
-    }
-
-    /// A branch at an even depth > 0 becomes its own page (page shape invariant); anything else stays inline.
-    fn wrap(&mut self, depth: usize, path: &KeyPath, raw: Node, old: Option<Arc<Page>>) -> Node {
-        if depth % 2 == 1 || depth == 0 || !matches!(raw, Node::Branch(_)) {
-            return raw;
-        }
-        // An unchanged page keeps its version, so that its parent does not change either.
-        if let Some(o) = &old {
-            if o.root == raw {
-                return Node::Page {
-                    hash: raw.hash(),
-                    version: o.version,
+        parallel: bool,
+    ) -> Result<Option<Cell>> {
+        let d = usize::from(old.id.depth);
+        match old.root() {
+            // Only the root page is ever empty or a single leaf: rebuild it.
+            Root::Empty | Root::Leaf(_) => {
+                let existing = match old.root() {
+                    Root::Leaf(l) => Some(*l),
+                    _ => None,
                 };
+                let leaves = self.puts(existing.as_ref(), writes);
+                let parts = self.build_page_cells(d, &leaves)?;
+                let id = old.id;
+                self.finish_page(id, Some(old), parts, None)
+            }
+            Root::Branch => {
+                let groups: Vec<(u8, &[Write])> = nibble_groups(writes, d, |w| &w.path)
+                    .map(|(c, _, g)| (c, g))
+                    .collect();
+                let outs: Vec<ChildOut> = if parallel && groups.len() > 1 {
+                    use rayon::prelude::*;
+                    let done: Vec<Result<Updater<'_, S>>> = groups
+                        .into_par_iter()
+                        .map(|(c, group)| {
+                            let mut u = Updater {
+                                src: self.src,
+                                tid: self.tid,
+                                version: self.version,
+                                pages: Vec::new(),
+                                prevs: Vec::new(),
+                                outs: Vec::new(),
+                            };
+                            let out = u.update_child(&old, c, group)?;
+                            u.outs.push(out);
+                            Ok(u)
+                        })
+                        .collect();
+                    let mut outs = Vec::with_capacity(done.len());
+                    for u in done {
+                        let u = u?;
+                        self.pages.extend(u.pages);
+                        self.prevs.extend(u.prevs);
+                        outs.extend(u.outs);
+                    }
+                    outs
+                } else {
+                    groups
+                        .into_iter()
+                        .map(|(c, group)| self.update_child(&old, c, group))
+                        .collect::<Result<_>>()?
+                };
+                let (parts, touched) = splice_children(&old, outs);
+                let id = old.id;
+                self.finish_page(id, Some(old), parts, Some(touched))
             }
         }
-        let hash = raw.hash();
-        self.pages.push(PageWrite {
-            id: page_id(path, depth),
-            old,
-            new_root: raw,
+    }
+
+    /// The new content of child `c` of the branch page `page` after `writes` (all below that child).
+    fn update_child(&mut self, page: &Page, c: u8, writes: &[Write]) -> Result<ChildOut> {
+        let d = usize::from(page.id.depth);
+        match page.child(c) {
+            Child::Empty => {
+                let leaves = self.puts(None, writes);
+                self.build_child(c, d + 1, &leaves)
+            }
+            Child::Leaf(l) => {
+                let l = *l;
+                let leaves = self.puts(Some(&l), writes);
+                self.build_child(c, d + 1, &leaves)
+            }
+            Child::Branch(_) => {
+                let old = page.grandchildren(c);
+                let mut grand: Vec<(SlotNo, Cell)> = Vec::with_capacity(old.len() + 2);
+                let mut rest = old;
+                for (g, first, group) in nibble_groups(writes, d + 1, |w| &w.path) {
+                    let slot = grand_slot(c, g);
+                    let before = rest.partition_point(|(s, _)| *s < slot);
+                    grand.extend_from_slice(&rest[..before]);
+                    rest = &rest[before..];
+                    let existing = match rest.first() {
+                        Some((s, cell)) if *s == slot => {
+                            rest = &rest[1..];
+                            Some(*cell)
+                        }
+                        _ => None,
+                    };
+                    let new = match existing {
+                        None => {
+                            let leaves = self.puts(None, group);
+                            self.build_cell(d + 2, &leaves)?
+                        }
+                        Some(Cell::Leaf(l)) => {
+                            let leaves = self.puts(Some(&l), group);
+                            self.build_cell(d + 2, &leaves)?
+                        }
+                        Some(Cell::Page { version, .. }) => {
+                            let child = self.src.take(self.tid, page_id(first, d + 2), version)?;
+                            self.update_page(child, group, false)?
+                        }
+                    };
+                    if let Some(cell) = new {
+                        grand.push((slot, cell));
+                    }
+                }
+                grand.extend_from_slice(rest);
+                Ok(normalize_child(c, grand))
+            }
+        }
+    }
+
+    /// Child `c` (at odd `depth`) holding exactly `leaves` (sorted by path).
+    fn build_child(&mut self, c: u8, depth: usize, leaves: &[Leaf]) -> Result<ChildOut> {
+        match leaves {
+            [] => Ok(ChildOut::leaf(c, None)),
+            [one] => Ok(ChildOut::leaf(c, Some(*one))),
+            _ => {
+                let mut grand = Vec::new();
+                for (g, _, group) in nibble_groups(leaves, depth, |l| &l.path) {
+                    if let Some(cell) = self.build_cell(depth + 1, group)? {
+                        grand.push((grand_slot(c, g), cell));
+                    }
+                }
+                Ok(ChildOut::branch(c, grand))
+            }
+        }
+    }
+
+    /// The node at even `depth` > 0 holding exactly `leaves`: nothing, a leaf, or a new page.
+    fn build_cell(&mut self, depth: usize, leaves: &[Leaf]) -> Result<Option<Cell>> {
+        match leaves {
+            [] => Ok(None),
+            [one] => Ok(Some(Cell::Leaf(*one))),
+            [first, ..] => {
+                let parts = self.build_page_cells(depth, leaves)?;
+                self.finish_page(page_id(&first.path, depth), None, parts, None)
+            }
+        }
+    }
+
+    /// The slots of a page at even `depth` holding exactly `leaves` (before the page-root normalization).
+    fn build_page_cells(&mut self, depth: usize, leaves: &[Leaf]) -> Result<Parts> {
+        let mut outs = Vec::new();
+        for (c, _, group) in nibble_groups(leaves, depth, |l| &l.path) {
+            outs.push(self.build_child(c, depth + 1, group)?);
+        }
+        Ok(assemble(outs))
+    }
+
+    /// Normalizes a page's new slots (SPEC.md §3.2: a branch with a single leaf below is that leaf), and writes
+    /// the page if it changed. Returns what the parent holds.
+    fn finish_page(
+        &mut self,
+        id: PageId,
+        old: Option<Arc<Page>>,
+        (mut cells, mut branches): Parts,
+        touched: Option<u16>,
+    ) -> Result<Option<Cell>> {
+        let single_leaf = match cells.as_slice() {
+            [(s, Cell::Leaf(l))] if (1..=16).contains(s) || *s == 0 => Some(*l),
+            _ => None,
+        };
+        if id.depth > 0 {
+            // A page below the root is always a branch: with one leaf or nothing left, it disappears.
+            if cells.is_empty() {
+                return Ok(None);
+            }
+            if let Some(l) = single_leaf {
+                return Ok(Some(Cell::Leaf(l)));
+            }
+        } else if let Some(l) = single_leaf {
+            cells = vec![(0, Cell::Leaf(l))];
+            branches = Vec::new();
+        }
+        let old_cells = old.as_ref().map_or(&[][..], |o| o.cells());
+        // Only the touched children can differ, unless the page root changed kind (a root page that becomes or
+        // stops being a single leaf).
+        let same_kind =
+            !matches!(cells.first(), Some((0, _))) && !matches!(old_cells.first(), Some((0, _)));
+        let changes = match touched {
+            Some(t) if same_kind && !old_cells.is_empty() && !cells.is_empty() => {
+                diff_children(old_cells, &cells, t)
+            }
+            _ => page::diff(old_cells, &cells),
+        };
+        if let Some(o) = old.as_ref().filter(|_| changes.is_empty()) {
+            let cell = Cell::Page {
+                hash: o.hash(),
+                version: o.version,
+            };
+            if let Some(o) = old {
+                self.src.give_back(self.tid, o);
+            }
+            return Ok(Some(cell));
+        }
+        let prior = old.map(|o| Prior {
+            version: o.version,
+            head: o.head,
         });
-        Node::Page {
+        let new = Page::from_parts(id, self.version, cells, branches);
+        let hash = new.hash();
+        self.pages.push(PageWrite {
+            old: prior,
+            new,
+            changes,
+        });
+        Ok(Some(Cell::Page {
             hash,
             version: self.version,
+        }))
+    }
+
+    /// The leaves below a node after the writes: the existing leaf (unless overwritten or deleted) plus new puts.
+    /// Records the existing leaf's location as the previous record of the write that replaces it.
+    fn puts(&mut self, existing: Option<&Leaf>, writes: &[Write]) -> Vec<Leaf> {
+        let mut out: Vec<Leaf> = writes.iter().filter_map(|w| w.leaf).collect();
+        if let Some(l) = existing {
+            if writes.iter().any(|w| w.path == l.path) {
+                self.prevs.push((l.path, l.loc));
+            } else {
+                let at = out.partition_point(|x| x.path < l.path);
+                out.insert(at, *l);
+            }
         }
+        out
     }
 }
 
-/// The leaves below a node after the writes: the existing leaf (unless overwritten or deleted) plus new puts.
-fn puts(existing: Option<&Leaf>, writes: &[Write]) -> Vec<Leaf> {
-    let mut out: Vec<Leaf> = writes.iter().filter_map(|w| w.leaf).collect();
-    if let Some(l) = existing {
-        if !writes.iter().any(|w| w.path == l.path) {
-            let at = out.partition_point(|x| x.path < l.path);
-            out.insert(at, *l);
+/// A child's content after an update, normalized: no grandchildren → empty; one grandchild that is a leaf →
+/// that leaf moves up into the child slot.
+fn normalize_child(c: u8, grand: Vec<(SlotNo, Cell)>) -> ChildOut {
+    match grand.as_slice() {
+        [] => ChildOut::leaf(c, None),
+        [(_, Cell::Leaf(l))] => ChildOut::leaf(c, Some(*l)),
+        _ => ChildOut::branch(c, grand),
+    }
+}
+
+/// The slots of a page from the content of its children (in child order): child leaves first (slots 1..=16),
+/// then the grandchildren, which is slot order.
+fn assemble(outs: Vec<ChildOut>) -> Parts {
+    let mut cells: Vec<(SlotNo, Cell)> = outs
+        .iter()
+        .filter_map(|o| o.leaf.map(|l| (child_slot(o.c), Cell::Leaf(l))))
+        .collect();
+    let branches = outs
+        .iter()
+        .filter_map(|o| o.hash.map(|h| (o.c, h)))
+        .collect();
+    for o in outs {
+        cells.extend(o.grand);
+    }
+    (cells, branches)
+}
+
+/// The slots of `page` with the children in `outs` (sorted by child) replaced by their new content; untouched
+/// children keep their slots and branch hashes. Also returns the mask of the touched children.
+fn splice_children(page: &Page, outs: Vec<ChildOut>) -> (Parts, u16) {
+    let touched = outs.iter().fold(0u16, |m, o| m | 1 << o.c);
+    let extra: usize = outs.iter().map(|o| o.grand.len() + 1).sum();
+    let mut cells = Vec::with_capacity(page.cells().len() + extra);
+    let mut branches = Vec::with_capacity(16);
+    let mut by_child: [Option<ChildOut>; 16] = Default::default();
+    for o in outs {
+        let c = usize::from(o.c);
+        by_child[c] = Some(o);
+    }
+    for (c, o) in by_child.iter().enumerate() {
+        let c = c as u8;
+        let leaf = match o {
+            Some(o) => o.leaf,
+            None => match page.child(c) {
+                Child::Leaf(l) => Some(*l),
+                _ => None,
+            },
+        };
+        if let Some(l) = leaf {
+            cells.push((child_slot(c), Cell::Leaf(l)));
         }
+    }
+    for (c, o) in by_child.into_iter().enumerate() {
+        let c = c as u8;
+        match o {
+            Some(o) => {
+                cells.extend(o.grand);
+                if let Some(h) = o.hash {
+                    branches.push((c, h));
+                }
+            }
+            None => {
+                cells.extend_from_slice(page.grandchildren(c));
+                if let Some(h) = page.branch_hash(c) {
+                    branches.push((c, h));
+                }
+            }
+        }
+    }
+    ((cells, branches), touched)
+}
+
+/// The slot changes from `old` to `new` when only the children in `touched` can differ (both pages branches).
+fn diff_children(old: &[(SlotNo, Cell)], new: &[(SlotNo, Cell)], touched: u16) -> Vec<Change> {
+    let leaf_of = |cells: &[(SlotNo, Cell)], c: u8| -> Vec<(SlotNo, Cell)> {
+        let slot = child_slot(c);
+        cells
+            .binary_search_by_key(&slot, |(s, _)| *s)
+            .map(|i| vec![cells[i]])
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    let children = (0..16u8).filter(|c| touched & (1 << c) != 0);
+    for c in children.clone() {
+        out.extend(page::diff(&leaf_of(old, c), &leaf_of(new, c)));
+    }
+    for c in children {
+        out.extend(page::diff(
+            page::grand_range(old, c),
+            page::grand_range(new, c),
+        ));
     }
     out
 }
 
-/// The leaf of `path` below `node` (at `depth`), if any.
+/// The leaf of `path` below the page `root`, if any.
 pub fn get<S: PageSource>(
     src: &S,
     tid: TrieId,
-    node: &Node,
-    depth: usize,
+    root: &Arc<Page>,
     path: &KeyPath,
 ) -> Result<Option<Leaf>> {
-    match node {
-        Node::Empty => Ok(None),
-        Node::Leaf(l) => Ok((l.path == *path).then_some(**l)),
-        Node::Branch(b) => match b.children.get(usize::from(path.nibble(depth))) {
-            Some(child) => get(src, tid, child, depth + 1, path),
-            None => Ok(None),
-        },
-        Node::Page { version, .. } => {
-            let page = src.load(tid, page_id(path, depth), *version)?;
-            get(src, tid, &page.root, depth, path)
-        }
+    let mut cur = root.clone();
+    loop {
+        let next = match cur.lookup(path) {
+            Lookup::Absent => return Ok(None),
+            Lookup::Leaf(l) => return Ok(Some(*l)),
+            Lookup::Page(v) => (page_id(path, usize::from(cur.id.depth) + 2), v),
+        };
+        cur = src.load(tid, next.0, next.1)?;
     }
 }
 
-/// The proof (SPEC.md §5) for `paths` (sorted, unique) below the root node `root`.
-pub fn prove<S: PageSource>(src: &S, tid: TrieId, root: &Node, paths: &[KeyPath]) -> Result<Proof> {
+/// The proof (SPEC.md §5) for `paths` (sorted, unique) below the root page `root`.
+pub fn prove<S: PageSource>(src: &S, tid: TrieId, root: &Page, paths: &[KeyPath]) -> Result<Proof> {
     let mut records = Vec::new();
     if !paths.is_empty() {
-        prove_node(src, tid, root, 0, paths, &mut records)?;
+        prove_page(src, tid, root, paths, &mut records)?;
     }
     Ok(Proof { records })
 }
 
-fn prove_node<S: PageSource>(
+fn leaf_record(l: &Leaf, q: &[KeyPath]) -> ProofRecord {
+    if q.contains(&l.path) {
+        ProofRecord::Leaf
+    } else {
+        ProofRecord::OtherLeaf {
+            path: l.path,
+            value_hash: l.value_hash,
+        }
+    }
+}
+
+/// The Branch record of a node with children `hashes` for the queries `q` (which expand the children they fall in).
+fn branch_record(hashes: &[Hash; 16], depth: usize, q: &[KeyPath]) -> ProofRecord {
+    let expanded = q.iter().fold(0u16, |m, p| m | 1 << p.nibble(depth));
+    let mut mask = 0u8;
+    let mut frontier = Vec::new();
+    for (i, &(lo, hi)) in Frontier::of(expanded).ranges().iter().enumerate() {
+        let h = fold_range(hashes, lo.into(), hi.into());
+        if !h.is_empty() {
+            mask |= 1 << i;
+            frontier.push(h);
+        }
+    }
+    ProofRecord::Branch {
+        mask,
+        hashes: frontier,
+    }
+}
+
+fn prove_page<S: PageSource>(
     src: &S,
     tid: TrieId,
-    node: &Node,
-    depth: usize,
+    page: &Page,
     q: &[KeyPath],
     out: &mut Vec<ProofRecord>,
 ) -> Result<()> {
-    match node {
-        Node::Empty => out.push(ProofRecord::Empty),
-        Node::Leaf(l) if q.contains(&l.path) => out.push(ProofRecord::Leaf),
-        Node::Leaf(l) => out.push(ProofRecord::OtherLeaf {
-            path: l.path,
-            value_hash: l.value_hash,
-        }),
-        Node::Page { version, .. } => {
-            let Some(first) = q.first() else {
-                return Ok(());
-            };
-            let page = src.load(tid, page_id(first, depth), *version)?;
-            prove_node(src, tid, &page.root, depth, q, out)?;
-        }
-        Node::Branch(b) => {
-            let hashes: [Hash; 16] = std::array::from_fn(|i| b.children[i].hash());
-            let expanded = q.iter().fold(0u16, |m, p| m | 1 << p.nibble(depth));
-            let mut mask = 0u8;
-            let mut frontier = Vec::new();
-            for (i, &(lo, hi)) in Frontier::of(expanded).ranges().iter().enumerate() {
-                let h = fold_range(&hashes, lo.into(), hi.into());
-                if !h.is_empty() {
-                    mask |= 1 << i;
-                    frontier.push(h);
-                }
-            }
-            out.push(ProofRecord::Branch {
-                mask,
-                hashes: frontier,
-            });
-            for (c, _, group) in nibble_groups(q, depth, |p| p) {
-                if let Some(child) = b.children.get(usize::from(c)) {
-                    prove_node(src, tid, child, depth + 1, group, out)?;
+    let d = usize::from(page.id.depth);
+    match page.root() {
+        Root::Empty => out.push(ProofRecord::Empty),
+        Root::Leaf(l) => out.push(leaf_record(l, q)),
+        Root::Branch => {
+            out.push(branch_record(&page.child_hashes(), d, q));
+            for (c, _, group) in nibble_groups(q, d, |p| p) {
+                match page.child(c) {
+                    Child::Empty => out.push(ProofRecord::Empty),
+                    Child::Leaf(l) => out.push(leaf_record(l, group)),
+                    Child::Branch(_) => {
+                        let grand = page.grandchildren(c);
+                        out.push(branch_record(&grand_hashes(grand), d + 1, group));
+                        for (g, first, gq) in nibble_groups(group, d + 1, |p| p) {
+                            match page.cell(grand_slot(c, g)) {
+                                None => out.push(ProofRecord::Empty),
+                                Some(Cell::Leaf(l)) => out.push(leaf_record(l, gq)),
+                                Some(Cell::Page { version, .. }) => {
+                                    let child = src.load(tid, page_id(first, d + 2), *version)?;
+                                    prove_page(src, tid, &child, gq, out)?;
+                                }
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -328,44 +621,28 @@ fn prove_node<S: PageSource>(
     Ok(())
 }
 
-/// Calls `f` for every leaf below `node` in path order. `prefix` is any path on which `node` lies (used to name
-/// pages); `on_page` sees each page reference with the page loaded, so that callers can check stored hashes.
+/// Calls `f` for every leaf below the page `page`, in path order.
 pub fn walk<S: PageSource>(
     src: &S,
     tid: TrieId,
-    node: &Node,
-    depth: usize,
-    prefix: &KeyPath,
+    page: &Page,
     f: &mut dyn FnMut(&Leaf) -> Result<()>,
 ) -> Result<()> {
-    match node {
-        Node::Empty => Ok(()),
-        Node::Leaf(l) => f(l),
-        Node::Branch(b) => {
-            for (c, child) in b.children.iter().enumerate() {
-                if child.is_empty() {
-                    continue;
-                }
-                let mut p = *prefix;
-                set_nibble(&mut p, depth, c as u8);
-                walk(src, tid, child, depth + 1, &p, f)?;
+    for (slot, cell) in page.cells_in_path_order() {
+        match cell {
+            Cell::Leaf(l) => f(l)?,
+            Cell::Page { version, .. } => {
+                let (c, g) = slot_nibbles(*slot);
+                let child = src.load(tid, page.id.child(c, g), *version)?;
+                walk(src, tid, &child, f)?;
             }
-            Ok(())
-        }
-        Node::Page { version, .. } => {
-            let page = src.load(tid, page_id(prefix, depth), *version)?;
-            walk(src, tid, &page.root, depth, prefix, f)
         }
     }
+    Ok(())
 }
 
-/// Sets nibble `i` of `p`.
-pub fn set_nibble(p: &mut KeyPath, i: usize, v: u8) {
-    if let Some(b) = p.0.get_mut(i / 2) {
-        *b = if i.is_multiple_of(2) {
-            (*b & 0x0f) | (v << 4)
-        } else {
-            (*b & 0xf0) | (v & 0x0f)
-        };
-    }
+/// The two nibbles below the page of grandchild slot `slot` (`17..=272`).
+pub fn slot_nibbles(slot: SlotNo) -> (u8, u8) {
+    let i = slot.saturating_sub(17);
+    (((i / 16) & 0x0f) as u8, (i % 16) as u8)
 }

@@ -1,11 +1,19 @@
 //! A page of the DMM-Trie (two levels: the node at depth `2j` and its children at `2j+1`, with the nodes at
-//! `2j+2` as leaves or references to child pages) and its two stored forms, the BasePage and the DeltaPage.
+//! `2j+2` as leaves or references to child pages), held compactly in memory, and its two stored forms, the
+//! BasePage and the DeltaPage.
 //!
 //! ## Slots
-//! A page is stored as a sparse map of **slots**: slot 0 is the page root when it is a leaf (root page only),
+//! A page is a sparse, sorted list of **slots**: slot 0 is the page root when it is a leaf (root page only),
 //! slot `1 + c` is child `c` when it is a leaf, slot `17 + 16c + g` is grandchild `(c, g)` (a leaf or a child-page
 //! reference). Branches are implied: child `c` is a branch iff some grandchild `(c, _)` is non-empty, and the
-//! page root is a branch iff some child is non-empty. Hashes of inline branches are recomputed on load.
+//! page root is a branch iff some child is non-empty.
+//!
+//! ## In memory
+//! A [`Page`] is its slot list (88-byte leaves, 40-byte page references) plus the hashes of its inline branches
+//! (at most 16 children and the root), computed once when the page is built or loaded. It is close to its encoded
+//! size: at tens of millions of keys the decoded pages are the engine's memory, and node trees with a pointer per
+//! child took about four times more. Pages are immutable once built and shared (`Arc`) between the cache, the
+//! commit that replaces them and any reader.
 //!
 //! ## Format (inside an LSVPS page record, which carries its own checksum)
 //! ```text
@@ -16,55 +24,56 @@
 //! leaf:  path[32] | value_hash[32] | u64 version | u32 file_id | u64 offset | u32 len
 //! page:  hash[32] | u64 version
 //! ```
-//! `since_base` counts slot updates since the page's last BasePage, so that a reopened store continues the
-//! Base/Delta schedule where it stopped.
+//! A BasePage lists its slots in increasing order. `since_base` counts slot updates since the page's last
+//! BasePage, so that a reopened store continues the Base/Delta schedule where it stopped.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use letus_verify::fold::fold;
+use letus_verify::{Hash, KeyPath, Version, EMPTY};
 
-use letus_verify::{Hash, KeyPath, Version};
-
-use super::node::{Leaf, Node};
+pub use super::node::{Cell, Leaf};
 use crate::lsvps::{PageId, PageKind};
 use crate::vdls::Location;
 
-/// What a slot holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cell {
-    /// A key's leaf.
-    Leaf(Leaf),
-    /// A child page.
-    Page {
-        /// Its root hash.
-        hash: Hash,
-        /// Its version.
-        version: Version,
-    },
-}
-
-/// A page's slots.
-pub type Slots = BTreeMap<u16, Cell>;
+/// A slot number (`0..=272`).
+pub type SlotNo = u16;
 
 /// A slot change: the new content, `None` for emptied.
-pub type Change = (u16, Option<Cell>);
+pub type Change = (SlotNo, Option<Cell>);
+
+/// Highest slot number.
+pub const MAX_SLOT: SlotNo = 272;
+
+/// The slot of child `c` when it is a leaf.
+pub fn child_slot(c: u8) -> SlotNo {
+    1 + SlotNo::from(c)
+}
+
+/// The slot of grandchild `(c, g)`.
+pub fn grand_slot(c: u8, g: u8) -> SlotNo {
+    17 + 16 * SlotNo::from(c) + SlotNo::from(g)
+}
 
 const FORMAT: u8 = 1;
 const LEAF_LEN: usize = 32 + 32 + 8 + 4 + 8 + 4;
 const PAGE_LEN: usize = 32 + 8;
 
-/// A decoded page at one version.
+/// A page at one version, with the hashes of its inline branches.
+///
+/// Invariants (established by [`Page::build`], the only constructor): `cells` is sorted by slot without
+/// duplicates and has the page shape (slot 0 only alone and only in the root page; a child is a leaf or has
+/// grandchildren, never both; a non-root page is a branch); `branches` holds `fold` of the grandchild hashes of
+/// exactly the children that have grandchildren, sorted by child; `hash` is the hash of the page's root node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Page {
     /// Which page.
     pub id: PageId,
-    /// The version of the newest data in the page (the version it was loaded at).
+    /// The version the page was written at (the newest data in it).
     pub version: Version,
-    /// The node at the page's depth.
-    pub root: Node,
-    /// The newest stored record of this page at `version`, if the page was loaded from storage.
+    /// The newest stored record of this page at `version`, if the page was loaded from or written to storage.
     pub head: Option<Head>,
-    /// Rough memory footprint, computed once for the cache's weigher.
-    pub weight: u32,
+    hash: Hash,
+    cells: Vec<(SlotNo, Cell)>,
+    branches: Vec<(u8, Hash)>,
 }
 
 /// The stored record a page was loaded from, which the next update chains to.
@@ -82,246 +91,313 @@ pub struct Head {
     pub chain: u32,
 }
 
+/// The page's root node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Root<'a> {
+    /// An empty trie (root page only).
+    Empty,
+    /// A trie of one key (root page only).
+    Leaf(&'a Leaf),
+    /// A branch: the usual case, and the only one for pages below the root.
+    Branch,
+}
+
+/// One child of the page's root branch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Child<'a> {
+    /// Nothing below.
+    Empty,
+    /// One key below.
+    Leaf(&'a Leaf),
+    /// An inline branch with this hash; its grandchildren are in [`Page::grandchildren`].
+    Branch(Hash),
+}
+
+impl Child<'_> {
+    /// The child's hash.
+    pub fn hash(&self) -> Hash {
+        match self {
+            Child::Empty => EMPTY,
+            Child::Leaf(l) => l.hash(),
+            Child::Branch(h) => *h,
+        }
+    }
+}
+
 impl Page {
-    /// A page, with its weight computed.
-    pub fn new(id: PageId, version: Version, root: Node, head: Option<Head>) -> Page {
-        let weight = Page::weight_of(&root);
-        Page::with_weight(id, version, root, head, weight)
-    }
-
-    /// The cache weight of a page whose root is `root`.
-    pub fn weight_of(root: &Node) -> u32 {
-        (std::mem::size_of::<Page>() + root.heap_bytes()).min(u32::MAX as usize) as u32
-    }
-
-    /// A page whose weight [`Page::weight_of`] was computed beforehand (on another thread).
-    pub fn with_weight(
+    /// Builds page `id` from its slots (sorted by slot, unique), checking the page shape and computing the
+    /// hashes of its inline branches. `Err` names what is inconsistent.
+    pub fn build(
         id: PageId,
         version: Version,
-        root: Node,
         head: Option<Head>,
-        weight: u32,
-    ) -> Page {
-        Page {
+        mut cells: Vec<(SlotNo, Cell)>,
+    ) -> Result<Page, &'static str> {
+        if cells.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err("page slots out of order");
+        }
+        if cells.last().is_some_and(|(s, _)| *s > MAX_SLOT) {
+            return Err("slot number out of range");
+        }
+        cells.shrink_to_fit();
+        let mut page = Page {
             id,
             version,
-            root,
             head,
-            weight,
+            hash: EMPTY,
+            cells,
+            branches: Vec::new(),
+        };
+        match page.cells.as_slice() {
+            [] if id.depth != 0 => return Err("a non-root page with no content"),
+            [] => return Ok(page),
+            [(0, Cell::Leaf(l))] if id.depth == 0 => {
+                page.hash = l.hash();
+                return Ok(page);
+            }
+            [(0, _), ..] => return Err("slot 0 holds a page reference or shares its page"),
+            _ => {}
         }
-    }
-}
-
-/// The slots of a page whose root node is `root`.
-pub fn slots(root: &Node) -> Slots {
-    let mut s = Slots::new();
-    match root {
-        Node::Leaf(l) => {
-            s.insert(0, Cell::Leaf(**l));
-        }
-        Node::Branch(b) => {
-            for (c, child) in b.children.iter().enumerate() {
-                match child {
-                    Node::Leaf(l) => {
-                        s.insert(1 + c as u16, Cell::Leaf(**l));
-                    }
-                    Node::Branch(cb) => {
-                        for (g, gc) in cb.children.iter().enumerate() {
-                            let slot = 17 + 16 * c as u16 + g as u16;
-                            match gc {
-                                Node::Leaf(l) => {
-                                    s.insert(slot, Cell::Leaf(**l));
-                                }
-                                Node::Page { hash, version } => {
-                                    s.insert(
-                                        slot,
-                                        Cell::Page {
-                                            hash: *hash,
-                                            version: *version,
-                                        },
-                                    );
-                                }
-                                // The page shape never puts an inline branch at depth 2j+2.
-                                Node::Branch(_) | Node::Empty => {}
-                            }
-                        }
-                    }
-                    Node::Page { .. } | Node::Empty => {}
-                }
+        let mut branches = Vec::new();
+        for c in 0..16u8 {
+            let grand = page.grandchildren(c);
+            let leaf_child = page.cell(child_slot(c));
+            match (leaf_child, grand.is_empty()) {
+                (Some(Cell::Page { .. }), _) => return Err("a child slot holds a page reference"),
+                (Some(_), false) => return Err("a child is both a leaf and a branch"),
+                (_, false) => branches.push((c, fold(&grand_hashes(grand)))),
+                (_, true) => {}
             }
         }
-        Node::Empty | Node::Page { .. } => {}
+        branches.shrink_to_fit();
+        page.branches = branches;
+        page.hash = fold(&page.child_hashes());
+        Ok(page)
     }
-    s
+
+    /// Builds page `id` from slots and the hashes of its inline branches computed by the caller (an update knows
+    /// them for the children it did not touch, and computed them for the ones it did). Only the page root is hashed
+    /// here. The caller guarantees the invariants of [`Page`]; debug builds check them against [`Page::build`].
+    pub fn from_parts(
+        id: PageId,
+        version: Version,
+        mut cells: Vec<(SlotNo, Cell)>,
+        mut branches: Vec<(u8, Hash)>,
+    ) -> Page {
+        cells.shrink_to_fit();
+        branches.shrink_to_fit();
+        let mut page = Page {
+            id,
+            version,
+            head: None,
+            hash: EMPTY,
+            cells,
+            branches,
+        };
+        page.hash = match page.root() {
+            Root::Empty => EMPTY,
+            Root::Leaf(l) => l.hash(),
+            Root::Branch => fold(&page.child_hashes()),
+        };
+        debug_assert_eq!(
+            Page::build(id, version, None, page.cells.clone()).as_ref(),
+            Ok(&page),
+            "an update built an inconsistent page"
+        );
+        page
+    }
+
+    /// The hash of inline child branch `c`, if child `c` is a branch.
+    pub fn branch_hash(&self, c: u8) -> Option<Hash> {
+        self.branches
+            .binary_search_by_key(&c, |(b, _)| *b)
+            .ok()
+            .map(|i| self.branches[i].1)
+    }
+
+    /// The hash of the page's root node (`EMPTY` for an empty root page).
+    pub fn hash(&self) -> Hash {
+        self.hash
+    }
+
+    /// The slots, sorted.
+    pub fn cells(&self) -> &[(SlotNo, Cell)] {
+        &self.cells
+    }
+
+    /// The content of `slot`.
+    pub fn cell(&self, slot: SlotNo) -> Option<&Cell> {
+        self.cells
+            .binary_search_by_key(&slot, |(s, _)| *s)
+            .ok()
+            .map(|i| &self.cells[i].1)
+    }
+
+    /// The page's root node.
+    pub fn root(&self) -> Root<'_> {
+        match self.cells.first() {
+            None => Root::Empty,
+            Some((0, Cell::Leaf(l))) => Root::Leaf(l),
+            Some(_) => Root::Branch,
+        }
+    }
+
+    /// Child `c` of the root branch.
+    pub fn child(&self, c: u8) -> Child<'_> {
+        if let Some(Cell::Leaf(l)) = self.cell(child_slot(c)) {
+            return Child::Leaf(l);
+        }
+        match self.branches.binary_search_by_key(&c, |(b, _)| *b) {
+            Ok(i) => Child::Branch(self.branches[i].1),
+            Err(_) => Child::Empty,
+        }
+    }
+
+    /// The hashes of the 16 children of the root branch.
+    pub fn child_hashes(&self) -> [Hash; 16] {
+        std::array::from_fn(|c| self.child(c as u8).hash())
+    }
+
+    /// The grandchild slots of child `c` (empty unless the child is a branch), sorted.
+    pub fn grandchildren(&self, c: u8) -> &[(SlotNo, Cell)] {
+        grand_range(&self.cells, c)
+    }
+
+    /// The cache weight of the page: its memory footprint.
+    pub fn weight(&self) -> u32 {
+        let bytes = std::mem::size_of::<Page>()
+            + self.cells.capacity() * std::mem::size_of::<(SlotNo, Cell)>()
+            + self.branches.capacity() * std::mem::size_of::<(u8, Hash)>();
+        u32::try_from(bytes).unwrap_or(u32::MAX)
+    }
+
+    /// Every leaf of the page in path order, with the child-page references in between: `f` sees the cells in
+    /// the order of the paths below them.
+    pub fn cells_in_path_order(&self) -> impl Iterator<Item = &(SlotNo, Cell)> + '_ {
+        (0..16u8).flat_map(move |c| {
+            let leaf = self
+                .cells
+                .binary_search_by_key(&child_slot(c), |(s, _)| *s)
+                .ok()
+                .map(|i| &self.cells[i]);
+            let root_leaf = (c == 0)
+                .then(|| self.cells.first().filter(|(s, _)| *s == 0))
+                .flatten();
+            root_leaf
+                .into_iter()
+                .chain(leaf)
+                .chain(self.grandchildren(c).iter())
+        })
+    }
 }
 
-/// Rebuilds the root node of page `id` from its slots; `Err` names what is inconsistent.
-pub fn from_slots(id: &PageId, slots: &Slots) -> Result<Node, &'static str> {
-    if let Some(Cell::Leaf(l)) = slots.get(&0) {
-        if slots.len() != 1 || id.depth != 0 {
-            return Err("a page root leaf shares its page with other slots");
-        }
-        return Ok(Node::Leaf(Arc::new(*l)));
+/// The grandchild slots of child `c` in a sorted slot list.
+pub fn grand_range(cells: &[(SlotNo, Cell)], c: u8) -> &[(SlotNo, Cell)] {
+    let lo = grand_slot(c, 0);
+    let hi = lo + 16;
+    let a = cells.partition_point(|(s, _)| *s < lo);
+    let b = cells.partition_point(|(s, _)| *s < hi);
+    &cells[a..b]
+}
+
+/// The 16 hashes below one child, from its grandchild slots.
+pub fn grand_hashes(grand: &[(SlotNo, Cell)]) -> [Hash; 16] {
+    let mut h = [EMPTY; 16];
+    for (s, cell) in grand {
+        h[usize::from((s - 17) % 16)] = cell.hash();
     }
-    let mut children: [Node; 16] = Default::default();
-    let mut grand: [[Node; 16]; 16] = Default::default();
-    let mut has_grand = [false; 16];
-    for (&slot, cell) in slots {
-        match slot {
-            0 => return Err("slot 0 holds a page reference"),
-            1..=16 => match cell {
-                Cell::Leaf(l) => children[usize::from(slot - 1)] = Node::Leaf(Arc::new(*l)),
-                Cell::Page { .. } => return Err("a child slot holds a page reference"),
-            },
-            17..=272 => {
-                let i = usize::from(slot - 17);
-                let (c, g) = (i / 16, i % 16);
-                has_grand[c] = true;
-                grand[c][g] = match cell {
-                    Cell::Leaf(l) => Node::Leaf(Arc::new(*l)),
-                    Cell::Page { hash, version } => Node::Page {
-                        hash: *hash,
-                        version: *version,
+    h
+}
+
+/// The leaf of `path` in a page, the reference to descend into, or neither.
+pub enum Lookup<'a> {
+    /// No such key.
+    Absent,
+    /// The key's leaf.
+    Leaf(&'a Leaf),
+    /// The key is below this child page (at depth `page depth + 2`).
+    Page(Version),
+}
+
+impl Page {
+    /// Where `path` leads inside this page.
+    pub fn lookup(&self, path: &KeyPath) -> Lookup<'_> {
+        let d = usize::from(self.id.depth);
+        let leaf = |l: &Leaf| -> bool { l.path == *path };
+        match self.root() {
+            Root::Empty => Lookup::Absent,
+            Root::Leaf(l) => {
+                if leaf(l) {
+                    Lookup::Leaf(l)
+                } else {
+                    Lookup::Absent
+                }
+            }
+            Root::Branch => {
+                let c = path.nibble(d);
+                match self.child(c) {
+                    Child::Empty => Lookup::Absent,
+                    Child::Leaf(l) if leaf(l) => Lookup::Leaf(l),
+                    Child::Leaf(_) => Lookup::Absent,
+                    Child::Branch(_) => match self.cell(grand_slot(c, path.nibble(d + 1))) {
+                        None => Lookup::Absent,
+                        Some(Cell::Leaf(l)) if leaf(l) => Lookup::Leaf(l),
+                        Some(Cell::Leaf(_)) => Lookup::Absent,
+                        Some(Cell::Page { version, .. }) => Lookup::Page(*version),
                     },
-                };
-            }
-            _ => return Err("slot number out of range"),
-        }
-    }
-    for c in 0..16 {
-        if has_grand[c] {
-            if !children[c].is_empty() {
-                return Err("a child is both a leaf and a branch");
-            }
-            let g = std::mem::take(&mut grand[c]);
-            children[c] = Node::branch(g);
-        }
-    }
-    if children.iter().all(Node::is_empty) {
-        if id.depth != 0 {
-            return Err("a non-root page with no content");
-        }
-        return Ok(Node::Empty);
-    }
-    // Node::branch computes each branch's hash and version from its children, bottom-up.
-    Ok(Node::branch(children))
-}
-
-/// The changes that turn `old` into `new`.
-pub fn diff(old: &Slots, new: &Slots) -> Vec<Change> {
-    let mut out = Vec::new();
-    for (slot, cell) in new {
-        if old.get(slot) != Some(cell) {
-            out.push((*slot, Some(*cell)));
-        }
-    }
-    for slot in old.keys() {
-        if !new.contains_key(slot) {
-            out.push((*slot, None));
-        }
-    }
-    out.sort_by_key(|(s, _)| *s);
-    out
-}
-
-/// The changes that turn the page whose root is `old` into the page whose root is `new`, found by walking both
-/// trees and skipping shared (unchanged) nodes, so the cost follows the changes rather than the page size.
-pub fn diff_nodes(old: &Node, new: &Node) -> Vec<Change> {
-    let (Node::Branch(a), Node::Branch(b)) = (old, new) else {
-        // A root page that is or was empty or a single leaf: small, compare whole slot maps.
-        return diff(&slots(old), &slots(new));
-    };
-    let mut out = Vec::new();
-    if Arc::ptr_eq(a, b) {
-        return out;
-    }
-    for c in 0..16 {
-        let (o, n) = (&a.children[c], &b.children[c]);
-        if same(o, n) {
-            continue;
-        }
-        match (o, n) {
-            (Node::Branch(x), Node::Branch(y)) => {
-                for g in 0..16 {
-                    let (go, gn) = (&x.children[g], &y.children[g]);
-                    if !same(go, gn) {
-                        out.push((17 + 16 * c as u16 + g as u16, cell(gn)));
-                    }
-                }
-            }
-            _ => {
-                // The child changed kind (leaf, branch, empty): rewrite its slots.
-                let mut before = Slots::new();
-                child_slots(c, o, &mut before);
-                let mut after = Slots::new();
-                child_slots(c, n, &mut after);
-                out.extend(diff(&before, &after));
-            }
-        }
-    }
-    out.sort_by_key(|(s, _)| *s);
-    out
-}
-
-/// Whether two nodes are the same without a deep comparison: shared, or equal small values.
-fn same(a: &Node, b: &Node) -> bool {
-    match (a, b) {
-        (Node::Empty, Node::Empty) => true,
-        (Node::Leaf(x), Node::Leaf(y)) => Arc::ptr_eq(x, y) || x == y,
-        (Node::Branch(x), Node::Branch(y)) => Arc::ptr_eq(x, y),
-        (
-            Node::Page {
-                hash: h1,
-                version: v1,
-            },
-            Node::Page {
-                hash: h2,
-                version: v2,
-            },
-        ) => h1 == h2 && v1 == v2,
-        _ => false,
-    }
-}
-
-fn cell(n: &Node) -> Option<Cell> {
-    match n {
-        Node::Leaf(l) => Some(Cell::Leaf(**l)),
-        Node::Page { hash, version } => Some(Cell::Page {
-            hash: *hash,
-            version: *version,
-        }),
-        Node::Empty | Node::Branch(_) => None,
-    }
-}
-
-fn child_slots(c: usize, child: &Node, out: &mut Slots) {
-    match child {
-        Node::Leaf(l) => {
-            out.insert(1 + c as u16, Cell::Leaf(**l));
-        }
-        Node::Branch(b) => {
-            for (g, gc) in b.children.iter().enumerate() {
-                if let Some(x) = cell(gc) {
-                    out.insert(17 + 16 * c as u16 + g as u16, x);
                 }
             }
         }
-        Node::Empty | Node::Page { .. } => {}
     }
 }
 
-/// Applies changes to slots.
-pub fn apply(slots: &mut Slots, changes: &[Change]) {
+/// Applies changes to a sorted slot list.
+pub fn apply(cells: &mut Vec<(SlotNo, Cell)>, changes: &[Change]) {
     for (slot, cell) in changes {
-        match cell {
-            Some(c) => {
-                slots.insert(*slot, *c);
+        match (cells.binary_search_by_key(slot, |(s, _)| *s), cell) {
+            (Ok(i), Some(c)) => cells[i].1 = *c,
+            (Err(i), Some(c)) => cells.insert(i, (*slot, *c)),
+            (Ok(i), None) => {
+                cells.remove(i);
             }
-            None => {
-                slots.remove(slot);
+            (Err(_), None) => {}
+        }
+    }
+}
+
+/// The changes that turn the sorted slot list `old` into `new` (both sorted), in slot order.
+pub fn diff(old: &[(SlotNo, Cell)], new: &[(SlotNo, Cell)]) -> Vec<Change> {
+    let mut out = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    loop {
+        match (old.get(i), new.get(j)) {
+            (None, None) => break,
+            (Some((s, _)), None) => {
+                out.push((*s, None));
+                i += 1;
+            }
+            (None, Some((s, c))) => {
+                out.push((*s, Some(*c)));
+                j += 1;
+            }
+            (Some((so, co)), Some((sn, cn))) => {
+                if so < sn {
+                    out.push((*so, None));
+                    i += 1;
+                } else if sn < so {
+                    out.push((*sn, Some(*cn)));
+                    j += 1;
+                } else {
+                    if co != cn {
+                        out.push((*sn, Some(*cn)));
+                    }
+                    i += 1;
+                    j += 1;
+                }
             }
         }
     }
+    out
 }
 
 /// A stored page record, decoded.
@@ -333,8 +409,8 @@ pub enum Record {
         version: Version,
         /// Updates since the previous base (0 for a base itself; kept for format symmetry).
         since_base: u32,
-        /// All slots.
-        slots: Slots,
+        /// All slots, sorted.
+        slots: Vec<(SlotNo, Cell)>,
     },
     /// Changes since the previous record.
     Delta {
@@ -393,6 +469,29 @@ fn encode_delta_into(
     }
 }
 
+/// The bytes of a BasePage record of `cells` (sorted), from borrowed cells.
+pub fn encode_base(version: Version, since_base: u32, cells: &[(SlotNo, Cell)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + cells.len() * (3 + LEAF_LEN));
+    out.push(FORMAT);
+    encode_base_into(&mut out, version, since_base, cells);
+    out
+}
+
+fn encode_base_into(
+    out: &mut Vec<u8>,
+    version: Version,
+    since_base: u32,
+    cells: &[(SlotNo, Cell)],
+) {
+    out.push(0);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&since_base.to_le_bytes());
+    out.extend_from_slice(&(cells.len() as u16).to_le_bytes());
+    for (s, c) in cells {
+        put_cell(out, *s, Some(c));
+    }
+}
+
 fn put_cell(out: &mut Vec<u8>, slot: u16, cell: Option<&Cell>) {
     out.extend_from_slice(&slot.to_le_bytes());
     match cell {
@@ -428,15 +527,7 @@ impl Record {
                 version,
                 since_base,
                 slots,
-            } => {
-                out.push(0);
-                out.extend_from_slice(&version.to_le_bytes());
-                out.extend_from_slice(&since_base.to_le_bytes());
-                out.extend_from_slice(&(slots.len() as u16).to_le_bytes());
-                for (s, c) in slots {
-                    put_cell(&mut out, *s, Some(c));
-                }
-            }
+            } => encode_base_into(&mut out, *version, *since_base, slots),
             Record::Delta {
                 first_version,
                 since_base,
@@ -458,10 +549,13 @@ impl Record {
                 let version = r.u64()?;
                 let since_base = r.u32()?;
                 let n = r.u16()?;
-                let mut slots = Slots::new();
+                let mut slots: Vec<(SlotNo, Cell)> = Vec::with_capacity(usize::from(n).min(273));
                 for _ in 0..n {
                     let (s, c) = r.cell()?;
-                    slots.insert(s, c.ok_or("empty slot in a base page")?);
+                    if slots.last().is_some_and(|(l, _)| *l >= s) {
+                        return Err("base page slots out of order");
+                    }
+                    slots.push((s, c.ok_or("empty slot in a base page")?));
                 }
                 r.end()?;
                 Ok(Record::Base {
@@ -552,7 +646,7 @@ impl<'a> Cursor<'a> {
     }
     fn cell(&mut self) -> Result<(u16, Option<Cell>), &'static str> {
         let slot = self.u16()?;
-        if slot > 272 {
+        if slot > MAX_SLOT {
             return Err("slot number out of range");
         }
         let cell = match self.u8()? {

@@ -48,6 +48,12 @@ pub struct Location {
     pub len: u32,
 }
 
+/// The encoded length of a Put record with a key of `key_len` and a value of `value_len` bytes (its link to the
+/// previous record has a fixed size, so the length is known before the link is).
+pub fn put_record_len(key_len: usize, value_len: usize) -> u32 {
+    u32::try_from(record::PUT_HEADER_LEN + key_len + value_len).unwrap_or(u32::MAX)
+}
+
 /// A point in the log: the byte `offset` of data file `file_id`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Position {
@@ -298,6 +304,28 @@ impl Vdls {
         self.group.version = Some(u.version);
         self.group.records += 1;
         Ok(loc)
+    }
+
+    /// The locations that Put or Delete records of encoded lengths `lens` get when they are the next ones
+    /// appended to the current group, in this order (see [`put_record_len`]). Opens the group, so the data file
+    /// of the group is decided here. A commit uses this to point trie leaves at records before it knows their
+    /// links to the previous records.
+    pub fn next_locations(&mut self, lens: &[u32]) -> Result<Vec<Location>> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        self.begin_group()?;
+        let mut offset = self.group.start + self.group.buf.len() as u64;
+        let mut out = Vec::with_capacity(lens.len());
+        for &len in lens {
+            out.push(Location {
+                file_id: self.group.file_id,
+                offset,
+                len,
+            });
+            offset += u64::from(len);
+        }
+        Ok(out)
     }
 
     /// Appends the Commit record for `version`, writes the group, fdatasyncs (when `opts.sync`) and returns the
