@@ -205,11 +205,16 @@ def json_hash(s):
     return bytes.fromhex(s)
 
 def decode_json_proof(obj):
-    fail_if(not isinstance(obj, dict) or not isinstance(obj.get("records"), list), "malformed")
-    fail_if(obj.get("format") != 1, "unsupported_format")
+    # §5.5: format first (its JSON type, then its value), then the records in order; a field of the wrong JSON
+    # type (bool is not an integer here), a record that is not an object or has no string t is malformed.
+    fail_if(not isinstance(obj, dict), "malformed")
+    fail_if(type(obj.get("format")) is not int, "malformed")
+    fail_if(obj["format"] != 1, "unsupported_format")
+    fail_if(not isinstance(obj.get("records"), list), "malformed")
     records = []
     for r in obj["records"]:
-        t = r.get("t") if isinstance(r, dict) else None
+        fail_if(not isinstance(r, dict) or not isinstance(r.get("t"), str), "malformed")
+        t = r["t"]
         if t == "empty":
             records.append(("empty",))
         elif t == "leaf":
@@ -415,8 +420,16 @@ def encode_digest(d):
             + d["root"] + d["history_len"].to_bytes(8, "little") + d["history_root"])
 
 def digest_from_json(j):
-    return {"tid": j["tid"], "version": j["version"], "root": json_hash(j["root"]),
-            "history_len": j["history_len"], "history_root": json_hash(j["history_root"])}
+    """§7 JSON form: every field present; tid a u32, version and history_len u64 (JSON integers, not bools),
+    hashes of 64 hex digits; history_len 0 is malformed as in the binary form."""
+    fail_if(not isinstance(j, dict), "malformed")
+    for f, bits in (("tid", 32), ("version", 64), ("history_len", 64)):
+        v = j.get(f)
+        fail_if(type(v) is not int or not 0 <= v < 1 << bits, "malformed")
+    d = {"tid": j["tid"], "version": j["version"], "root": json_hash(j.get("root")),
+         "history_len": j["history_len"], "history_root": json_hash(j.get("history_root"))}
+    fail_if(d["history_len"] == 0, "malformed")
+    return d
 
 class DigestChecker:
     """§7.1. The spec leaves the bookkeeping open; this is the reading chosen here:
@@ -594,6 +607,9 @@ def check_digests(case):
         if got != want:
             return "decoded binary differs from the JSON digest"
         return None if encode_digest(got) == b else "re-encoding differs"
+    if t == "json_decode":
+        code = run(lambda: digest_from_json(case["digest"]))
+        return None if code == case["error"] else f"expected {case['error']}, got {code or 'valid'}"
     if t == "decode":
         code = run(lambda: decode_digest(hx(case["binary"])))
         return None if code == case["error"] else f"expected {case['error']}, got {code or 'valid'}"

@@ -188,6 +188,10 @@ const runners = {
       assert.equal(await outcome(() => decodeDigest(c.binary)), c.error);
       return;
     }
+    if (c.type === 'json_decode') {
+      assert.equal(await outcome(async () => digestFromJson(c.digest)), c.error);
+      return;
+    }
     if (c.type === 'checker') {
       const m = new DigestMonitor();
       for (const [n, step] of c.steps.entries()) {

@@ -526,6 +526,30 @@ fn proofs() -> Vec<Value> {
     j4["records"][0]["hashes"][0] = json!("zz");
     let mut j5 = pj.clone();
     j5["records"][0]["mask"] = json!(256);
+    // SPEC.md §5.5: fields of the wrong JSON type are malformed, and fields the form does not define are ignored.
+    let mut j7 = pj.clone();
+    j7["format"] = json!("1");
+    let mut j8 = pj.clone();
+    j8["records"][0]["mask"] = json!(true);
+    let mut j9 = pj.clone();
+    j9["records"][0] = json!("branch");
+    let mut j10 = pj.clone();
+    if let Some(r) = j10["records"][0].as_object_mut() {
+        r.remove("t");
+    }
+    let mut extra = pj.clone();
+    extra["comment"] = json!("not part of the form");
+    extra["records"][0]["note"] = json!(1);
+    let mut c = proof_case_bytes(
+        "json with fields the form does not define",
+        &root,
+        &[present(&k7, &v7)],
+        &b7,
+        Some(extra),
+        None,
+    );
+    c["json_reencodes"] = json!(false);
+    cases.push(c);
     // Uppercase hex is accepted (SPEC.md §1).
     let mut upper = pj.clone();
     upper["records"][0]["hashes"][0] = json!(upper["records"][0]["hashes"][0]
@@ -586,6 +610,10 @@ fn proofs() -> Vec<Value> {
         ("json unknown record type", j2, "unknown_tag"),
         ("json hash count differs from the mask", j3, "malformed"),
         ("json bad hex", j4, "malformed"),
+        ("json format as a string", j7, "malformed"),
+        ("json mask of the wrong JSON type", j8, "malformed"),
+        ("json record that is not an object", j9, "malformed"),
+        ("json record without t", j10, "malformed"),
     ] {
         let mut c = proof_case_bytes(name, &root, &[present(&k7, &v7)], &b7, Some(j), None);
         c["json_error"] = json!(code);
@@ -921,6 +949,33 @@ fn digests() -> Vec<Value> {
     let mut ty = b.clone();
     ty[1] = 0x01;
     cases.push(decode("proof type byte", &ty, "wrong_type"));
+    // SPEC.md §7: the JSON form is decoded with the same rules: every field present, of its JSON type and range.
+    let good = digest_json(&ds[3]);
+    let json_bad = |name: &str, edit: &dyn Fn(&mut Value)| {
+        let mut d = good.clone();
+        edit(&mut d);
+        json!({"name": name, "type": "json_decode", "digest": d, "error": "malformed"})
+    };
+    cases.push(json_bad("json history_len 0", &|d| {
+        d["history_len"] = json!(0)
+    }));
+    cases.push(json_bad("json root of 63 hex digits", &|d| {
+        d["root"] = json!(d["root"].as_str().expect("hex")[1..].to_string())
+    }));
+    cases.push(json_bad("json without history_root", &|d| {
+        if let Some(o) = d.as_object_mut() {
+            o.remove("history_root");
+        }
+    }));
+    cases.push(json_bad("json tid above u32", &|d| {
+        d["tid"] = json!(1u64 << 32)
+    }));
+    cases.push(json_bad("json negative version", &|d| {
+        d["version"] = json!(-1)
+    }));
+    cases.push(json_bad("json fractional version", &|d| {
+        d["version"] = json!(1.5)
+    }));
 
     // Checker scenarios: each step's expected report (SPEC.md §7.1).
     let forked = |d: &Digest, tag: &[u8]| Digest {

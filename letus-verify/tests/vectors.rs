@@ -123,8 +123,14 @@ fn proofs() {
             name(&c)
         );
         if let Some(j) = c.get("proof_json") {
-            let pj: ProofJson = serde_json::from_value(j.clone()).unwrap();
-            let from_json = Proof::from_json(&pj, &limits);
+            // A field of the wrong JSON type (or a record that is not an object) fails in serde, before
+            // Proof::from_json sees it: SPEC.md §5.5 calls that malformed.
+            let from_json = match serde_json::from_value::<ProofJson>(j.clone()) {
+                Ok(pj) => Proof::from_json(&pj, &limits),
+                Err(_) => Err(letus_verify::DecodeError::Malformed(
+                    "not the JSON form of SPEC.md §5.5",
+                )),
+            };
             match c.get("json_error") {
                 Some(code) => assert_eq!(
                     from_json.map_err(|e| e.code()),
@@ -254,6 +260,13 @@ fn digests() {
                     "{}",
                     name(&c)
                 );
+            }
+            "json_decode" => {
+                // serde rejects a missing field or one of the wrong type or range; validate() a zero history_len.
+                let got = serde_json::from_value::<Digest>(c["digest"].clone())
+                    .map_err(|_| "malformed")
+                    .and_then(|d| d.validate().map_err(|e| e.code()));
+                assert_eq!(got, Err(c["error"].as_str().unwrap()), "{}", name(&c));
             }
             "checker" => {
                 let mut checker = DigestChecker::new();
