@@ -448,7 +448,10 @@ pub fn digest(a: DigestArgs) -> Result<ExitCode, String> {
     let mut alarm = false;
     let mut failed = false;
     for (i, c) in a.checkpoints.iter().enumerate() {
-        let d = match serde_json::from_str::<Digest>(c) {
+        let parsed = serde_json::from_str::<Digest>(c)
+            .map_err(|e| e.to_string())
+            .and_then(|d| d.validate().map(|()| d).map_err(|e| e.to_string()));
+        let d = match parsed {
             Ok(d) => d,
             Err(e) => {
                 let f = Failure::Argument(format!("--checkpoint {i} is not a digest: {e}"));
@@ -502,6 +505,8 @@ fn digests_of(url: &str, version: Option<u64>) -> Result<DigestsResponse, Failur
         })?;
     }
     for d in &r.digests {
+        d.validate()
+            .map_err(|e| Failure::Malformed(format!("a digest in the answer: {e}")))?;
         ensure(d.version == r.version, || {
             format!(
                 "the answer is for version {} but holds a digest of trie {} at version {}",

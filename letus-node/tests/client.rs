@@ -195,7 +195,7 @@ fn letus(args: &[&str]) -> (i32, Vec<Value>) {
 }
 
 /// The longest key the store allows: its hex (131,070 digits) fits in one argument, not in a URL.
-const LONG_KEY: [u8; 65_535] = [0xab; 65_535];
+static LONG_KEY: [u8; 65_535] = [0xab; 65_535];
 const ALICE: &str = "616c696365";
 const BOB: &str = "626f62";
 const CAROL: &str = "6361726f6c";
@@ -466,6 +466,15 @@ fn failures_are_json_lines_with_a_code() {
         (c, &l[1]["report"]),
         (1, &json!("checkpoint_conflict")),
         "{l:?}"
+    );
+    let mut zero = digests[9].digests[0];
+    zero.history_len = 0;
+    let zero = serde_json::to_string(&zero).unwrap();
+    let (c, l) = letus(&["digest", "--url", &node.url, "--checkpoint", &zero]);
+    assert_eq!(
+        (c, &l[0]["error"]),
+        (1, &json!("bad_argument")),
+        "history_len 0: {l:?}"
     );
     let (c, l) = letus(&["digest", "--url", &node.url, "--checkpoint", "{\"tid\":0}"]);
     assert_eq!((c, &l[0]["error"]), (1, &json!("bad_argument")));
