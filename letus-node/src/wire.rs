@@ -36,7 +36,13 @@ const HYPER_ERRORS: [(&str, &str, &str); 3] = [
 /// If `buf` ends with one of hyper's bare error heads, the bytes to send instead: everything before it, then the
 /// same status with a JSON body.
 pub fn rewrite(buf: &[u8]) -> Option<Vec<u8>> {
+    // Cheap tests first: this runs on every write of every connection.
+    const BARE: &[u8] = b"\r\nconnection: close\r\ncontent-length: 0\r\ndate: ";
     if !buf.ends_with(b"\r\n\r\n") {
+        return None;
+    }
+    let tail = &buf[buf.len().saturating_sub(BARE.len() + 64 + 4)..];
+    if !tail.windows(BARE.len()).any(|w| w == BARE) {
         return None;
     }
     for (status, code, message) in HYPER_ERRORS {
