@@ -49,6 +49,10 @@ sh js/scripts/test.sh
 step "release build of the letus binary for the browser and CLI tests"
 cargo build --release --quiet -p letus-node
 
+step "the README's first command: scripts/demo.sh (two blocks, then exit) must offer the wallet page"
+demo_out=$(scripts/demo.sh --listen 127.0.0.1:0 --blocks 2 --exit --interval-ms 10)
+printf '%s\n' "$demo_out" | grep -q "wallet page:" || { printf '%s\n' "$demo_out"; echo "scripts/demo.sh: no wallet page" >&2; exit 1; }
+
 step "wallet page in headless Chromium against a real node and a tampering proxy"
 sh js/scripts/test-browser.sh
 
