@@ -107,7 +107,8 @@ fn fetch<T: serde::de::DeserializeOwned>(
     let text = res
         .body_mut()
         .with_config()
-        .limit(1 << 30)
+        // A 16 MiB value is 32 MiB of hex; a hostile node cannot make the client hold more than this.
+        .limit(256 << 20)
         .read_to_string()
         .map_err(|e| Failure::Request(format!("reading the answer failed: {e}")))?;
     if !status.is_success() {
