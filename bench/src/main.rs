@@ -14,6 +14,9 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use serde::Serialize;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use system::{disk_bytes, drop_os_cache, proc_io, System};
 use workload::{Kind, Workload};
 
@@ -170,11 +173,16 @@ fn open(name: &str, dir: &Path, args: &Args) -> Result<Box<dyn System>> {
             cache,
             args.letus_max_delta_chain,
         )?),
+        #[cfg(feature = "rocksdb-peers")]
         "rocksdb" => Box::new(systems::rocks::Rocks::open(dir, cache)?),
+        #[cfg(feature = "rocksdb-peers")]
         "mpt" => Box::new(systems::mpt::Mpt::open(dir, cache)?),
+        #[cfg(feature = "rocksdb-peers")]
         "jmt" => Box::new(systems::jmt_rocks::Jmt::open(dir, cache)?),
         "nomt" => Box::new(systems::nomt_sys::NomtSys::open(dir, cache, args.accounts)?),
-        other => bail!("unknown system {other} (letus, rocksdb, mpt, jmt, nomt)"),
+        other => bail!(
+            "unknown system {other} (letus, nomt; rocksdb, mpt, jmt with the rocksdb-peers feature)"
+        ),
     })
 }
 

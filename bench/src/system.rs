@@ -158,6 +158,7 @@ pub fn drop_os_cache() -> bool {
     std::fs::write("/proc/sys/vm/drop_caches", "1").is_ok()
 }
 
+#[cfg(feature = "rocksdb-peers")]
 /// RocksDB options shared by every RocksDB-backed system, so that they differ only in what they store; and the
 /// block cache, so that it can be emptied.
 pub fn rocksdb_options(cache_bytes: usize) -> (rocksdb::Options, rocksdb::Cache) {
@@ -174,12 +175,14 @@ pub fn rocksdb_options(cache_bytes: usize) -> (rocksdb::Options, rocksdb::Cache)
     (o, cache)
 }
 
+#[cfg(feature = "rocksdb-peers")]
 /// Empties a RocksDB block cache (capacity 0 evicts every unpinned entry) and restores its capacity.
 pub fn clear_block_cache(cache: &mut rocksdb::Cache, cache_bytes: usize) {
     cache.set_capacity(0);
     cache.set_capacity(cache_bytes);
 }
 
+#[cfg(feature = "rocksdb-peers")]
 /// Sync writes: the block is on disk when `write` returns.
 pub fn sync_write() -> rocksdb::WriteOptions {
     let mut w = rocksdb::WriteOptions::default();

@@ -63,22 +63,26 @@ fn main() {
     opts.base_threshold = arg("--tb", u64::from(opts.base_threshold)) as u32;
     opts.max_delta_chain = arg("--chain", u64::from(opts.max_delta_chain)) as u32;
     opts.memory_budget_bytes = arg("--budget-mib", opts.memory_budget_bytes >> 20) << 20;
+    opts.memtable_bytes =
+        (arg("--memtable-mib", (opts.memtable_bytes >> 20) as u64) << 20) as usize;
     let report_every = arg("--report-every", 5_000_000);
+    let load_block = arg("--load-block", 50_000);
     let dir = tempfile::tempdir_in(std::env::var("LETUS_BENCH_DIR").unwrap_or_else(|_| ".".into()))
         .expect("temp dir");
     let mut store = Store::open(dir.path(), opts.clone()).expect("open");
     println!(
-        "keys {keys}, versions {versions} x {updates} updates, Td {} Tb {}, max delta chain {}, memory budget {} MiB",
-        opts.delta_threshold, opts.base_threshold, opts.max_delta_chain, opts.memory_budget_bytes >> 20
+        "keys {keys}, versions {versions} x {updates} updates, Td {} Tb {}, max delta chain {}, memory budget {} MiB, memtable {} MiB",
+        opts.delta_threshold, opts.base_threshold, opts.max_delta_chain, opts.memory_budget_bytes >> 20,
+        opts.memtable_bytes >> 20
     );
 
-    // Load: 50k keys per version.
+    // Load: `load_block` keys per version.
     let t = Instant::now();
     let mut v = 0u64;
     let mut i = 0u64;
     let mut interval = (Instant::now(), 0u64);
     while i < keys {
-        for _ in 0..50_000.min(keys - i) {
+        for _ in 0..load_block.min(keys - i) {
             store.put(0, &key(i), &1_000u64.to_le_bytes()).expect("put");
             i += 1;
         }

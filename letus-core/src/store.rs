@@ -32,7 +32,7 @@ use crate::lsvps::{
 use crate::metrics::{Counters, Snapshot};
 use crate::options::Options;
 use crate::roots_log::{RootEntry, RootsLog};
-use crate::trie::page::{self, Change, Child, Head, Page, Record as PageRecord, Root};
+use crate::trie::page::{self, Child, Head, Page, Record as PageRecord, Root};
 use crate::trie::{self, Cell, Leaf, PageSource, PageWrite, Updated, Write};
 use crate::vdls::{put_record_len, Location, Position, Record, Vdls, VdlsOptions};
 
@@ -76,10 +76,9 @@ struct PageState {
     active: Option<ActiveDelta>,
 }
 
+/// The DeltaPage still growing in the MemIndexTable (its bytes live only there).
 struct ActiveDelta {
     first_version: Version,
-    prev: Option<(Version, PageKind)>,
-    entries: Vec<(Version, Vec<Change>)>,
     updates: u32,
 }
 
@@ -105,6 +104,8 @@ struct Engine {
     files: Vec<Arc<IndexFile>>,
     mem: MemIndexTable,
     mem_min_version: Option<Version>,
+    /// The MemIndexTable being written as the next index file, if any.
+    flushing: Option<Flushing>,
     next_file_no: u64,
     block_cache: Arc<BlockCache>,
     page_cache: PageCache,
@@ -112,6 +113,12 @@ struct Engine {
     tries: BTreeMap<TrieId, TrieState>,
     versions: Vec<Version>,
     roots_log: RootsLog,
+}
+
+/// Where the records of a version are looked up.
+enum Segment<'a> {
+    File(&'a Arc<IndexFile>),
+    Table(&'a MemIndexTable),
 }
 
 /// A computed but not yet published commit.
@@ -248,6 +255,7 @@ impl Store {
             files,
             mem: MemIndexTable::new(),
             mem_min_version: None,
+            flushing: None,
             block_cache,
             page_cache,
             pages: HashMap::new(),
@@ -871,14 +879,14 @@ impl Store {
             return Err(Error::Poisoned);
         }
         let end = self.vdls.end();
-        self.engine.flush(end)
+        self.engine.flush(end)?;
+        self.engine.finish_flush()
     }
 
     /// Flushes and closes. Dropping a store without `close` loses nothing either: the value log is replayed.
     pub fn close(mut self) -> Result<()> {
-        if !self.engine.mem.is_empty() {
-            self.flush()?;
-        }
+        // Also waits for a flush still running in the background.
+        self.flush()?;
         Ok(())
     }
 
@@ -946,19 +954,24 @@ impl PageSource for Engine {
 }
 
 impl Engine {
-    /// Where records of `version` live: `Some(file)` or `None` for the MemIndexTable.
-    fn segment(&self, version: Version) -> Option<&Arc<IndexFile>> {
+    /// Where records of `version` live: an index file, the table being flushed, or the MemIndexTable. Every
+    /// record of index file `k` has its version in `(max_version of file k-1, max_version of file k]`, the frozen
+    /// table's come after the last file's, the MemIndexTable's after those.
+    fn segment(&self, version: Version) -> Segment<'_> {
         let i = self
             .files
             .partition_point(|f| f.meta().max_version < version);
-        self.files.get(i)
+        match (self.files.get(i), &self.flushing) {
+            (Some(f), _) => Segment::File(f),
+            (None, Some(fl)) if version <= fl.max_version => Segment::Table(&fl.table),
+            (None, _) => Segment::Table(&self.mem),
+        }
     }
 
     fn floor(&self, key: &PageKey) -> Result<Option<(PageKey, Vec<u8>, PathBuf)>> {
         match self.segment(key.version) {
-            Some(f) => Ok(f.floor(key)?.map(|(k, v)| (k, v, f.path().to_path_buf()))),
-            None => Ok(self
-                .mem
+            Segment::File(f) => Ok(f.floor(key)?.map(|(k, v)| (k, v, f.path().to_path_buf()))),
+            Segment::Table(t) => Ok(t
                 .floor(key)
                 .map(|(k, v)| (k, v.to_vec(), self.dir.join("lsvps/memtable")))),
         }
@@ -966,9 +979,8 @@ impl Engine {
 
     fn exact(&self, key: &PageKey) -> Result<Option<(Vec<u8>, PathBuf)>> {
         match self.segment(key.version) {
-            Some(f) => Ok(f.get(key)?.map(|v| (v, f.path().to_path_buf()))),
-            None => Ok(self
-                .mem
+            Segment::File(f) => Ok(f.get(key)?.map(|v| (v, f.path().to_path_buf()))),
+            Segment::Table(t) => Ok(t
                 .get(key)
                 .map(|v| (v.to_vec(), self.dir.join("lsvps/memtable")))),
         }
@@ -1135,6 +1147,7 @@ impl Engine {
 
     /// Publishes a durable commit: page records, caches, roots, history; flushes when the MemIndexTable is full.
     fn apply(&mut self, plan: Plan, end: Position) -> Result<()> {
+        self.poll_flush()?;
         let version = plan.version;
         let mut new_roots: BTreeMap<TrieId, (Hash, Version)> = BTreeMap::new();
         for (tid, u) in plan.tries {
@@ -1227,34 +1240,43 @@ impl Engine {
         let delta = match state {
             Some(mut s) if s.since_base + n < self.opts.base_threshold => match s.active.take() {
                 Some(mut a) if a.updates + n <= self.opts.delta_threshold => {
-                    a.entries.push((version, changes));
                     a.updates += n;
-                    Some((s, a))
+                    Some((s, a, None))
                 }
                 _ if s.chain <= self.opts.max_delta_chain => {
                     let a = ActiveDelta {
                         first_version: version,
-                        prev: Some(s.last),
-                        entries: vec![(version, changes)],
                         updates: n,
                     };
+                    let prev = Some(s.last);
                     s.chain += 1;
-                    Some((s, a))
+                    Some((s, a, Some(prev)))
                 }
                 _ => None,
             },
             _ => None,
         };
         let new_state = match delta {
-            Some((s, active)) => {
+            Some((s, active, start)) => {
                 let since = s.since_base + n;
-                let bytes =
-                    page::encode_delta(active.first_version, since, active.prev, &active.entries);
-                self.mem_insert(
-                    PageKey::new(tid, id, active.first_version, PageKind::Delta),
-                    bytes,
-                    version,
-                );
+                let key = PageKey::new(tid, id, active.first_version, PageKind::Delta);
+                let bytes = match start {
+                    Some(prev) => {
+                        page::encode_delta(active.first_version, since, prev, &[(version, changes)])
+                    }
+                    None => {
+                        let current = self.mem.get(&key).ok_or_else(|| {
+                            Error::corrupt(
+                                self.dir.join("lsvps/memtable"),
+                                0,
+                                "the growing DeltaPage is missing",
+                            )
+                        })?;
+                        page::extend_delta(&current, since, version, &changes)
+                            .map_err(|w| Error::corrupt(self.dir.join("lsvps/memtable"), 0, w))?
+                    }
+                };
+                self.mem_insert(key, bytes, version);
                 head = Head {
                     key_version: active.first_version,
                     kind: PageKind::Delta,
@@ -1307,38 +1329,111 @@ impl Engine {
         self.mem.insert(key, bytes);
     }
 
-    /// Writes the MemIndexTable as index file `next_file_no`: roots log fsync, write + fsync a temporary file,
-    /// rename, directory fsync. Every active DeltaPage is frozen by this.
+    /// Freezes the MemIndexTable and writes it as index file `next_file_no` on a background thread: roots log
+    /// fsync (here, before anything else), then, in the background, write + fsync a temporary file, rename,
+    /// directory fsync. Every active DeltaPage is frozen by this. Until the file is installed, reads find its records
+    /// in the frozen table; a previous flush still running is waited for first, so at most one runs (the commit
+    /// that fills a second MemIndexTable before the first is written waits: backpressure, not unbounded memory).
     fn flush(&mut self, end: Position) -> Result<()> {
+        self.finish_flush()?;
         let (Some(min), Some(&max)) = (self.mem_min_version, self.versions.last()) else {
             return Ok(());
         };
         let n = self.roots_log.sync()?;
         Counters::add(&self.counters.bytes_written, n);
-        let dir = self.dir.join("lsvps");
+        let table = Arc::new(std::mem::take(&mut self.mem));
+        self.mem_min_version = None;
+        self.pages.clear();
         let no = self.next_file_no;
-        let tmp = dir.join(format!("{no:06}.idx.tmp"));
-        let fin = dir.join(format!("{no:06}.idx"));
-        let mut w = IndexFileWriter::create(&tmp, self.counters.clone())?;
-        let mut records = 0u64;
-        for (k, v) in self.mem.iter() {
-            w.add(k, v)?;
-            records += 1;
-        }
-        w.finish(&FileMeta {
+        self.next_file_no += 1;
+        let meta = FileMeta {
             min_version: min,
             max_version: max,
             replay_from: (end.file_id, end.offset),
-            records,
-        })?;
-        std::fs::rename(&tmp, &fin).map_err(|e| Error::io(&fin, e))?;
-        sync_dir(&dir)?;
-        let file = IndexFile::open(&fin, no, self.counters.clone(), self.block_cache.clone())?;
-        self.files.push(Arc::new(file));
-        self.next_file_no += 1;
-        self.mem.clear();
-        self.mem_min_version = None;
-        self.pages.clear();
+            records: table.len() as u64,
+        };
+        let dir = self.dir.join("lsvps");
+        let (counters, block_cache, frozen) = (
+            self.counters.clone(),
+            self.block_cache.clone(),
+            table.clone(),
+        );
+        let handle = std::thread::Builder::new()
+            .name(format!("letus-flush-{no}"))
+            .spawn(move || write_index_file(&dir, no, &frozen, &meta, counters, block_cache))
+            .map_err(|e| Error::io(&self.dir, e))?;
+        self.flushing = Some(Flushing {
+            table,
+            max_version: max,
+            handle,
+        });
         Ok(())
+    }
+
+    /// Waits for the background flush, if any, and installs its index file.
+    fn finish_flush(&mut self) -> Result<()> {
+        let Some(f) = self.flushing.take() else {
+            return Ok(());
+        };
+        let file = f.handle.join().map_err(|_| {
+            Error::io(
+                &self.dir,
+                std::io::Error::other("the flush thread panicked"),
+            )
+        })??;
+        self.files.push(Arc::new(file));
+        Ok(())
+    }
+
+    /// Installs the background flush's index file if it is done (never waits).
+    fn poll_flush(&mut self) -> Result<()> {
+        if self
+            .flushing
+            .as_ref()
+            .is_some_and(|f| f.handle.is_finished())
+        {
+            self.finish_flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `table` as index file `no` in `dir`: a temporary file written and fsynced, renamed, the directory
+/// fsynced; then opens it. A crash before the rename leaves a `.tmp` file that the next open deletes; the value
+/// log still holds everything the file would have (its `replay_from` is not yet the newest).
+fn write_index_file(
+    dir: &Path,
+    no: u64,
+    table: &MemIndexTable,
+    meta: &FileMeta,
+    counters: Arc<Counters>,
+    block_cache: Arc<BlockCache>,
+) -> Result<IndexFile> {
+    let tmp = dir.join(format!("{no:06}.idx.tmp"));
+    let fin = dir.join(format!("{no:06}.idx"));
+    let mut w = IndexFileWriter::create(&tmp, counters.clone())?;
+    table.write_to(&mut w)?;
+    w.finish(meta)?;
+    std::fs::rename(&tmp, &fin).map_err(|e| Error::io(&fin, e))?;
+    sync_dir(dir)?;
+    IndexFile::open(&fin, no, counters, block_cache)
+}
+
+/// A MemIndexTable being written as an index file by a background thread.
+struct Flushing {
+    /// The frozen table, read by lookups until the file is installed.
+    table: Arc<MemIndexTable>,
+    /// The highest version its records may have.
+    max_version: Version,
+    handle: std::thread::JoinHandle<Result<IndexFile>>,
+}
+
+impl Drop for Engine {
+    /// A store dropped while a flush runs waits for it: the directory lock is released with the store, and another
+    /// opener must not find a half-written temporary file it would delete under the writer.
+    fn drop(&mut self) {
+        if let Some(f) = self.flushing.take() {
+            let _ = f.handle.join();
+        }
     }
 }

@@ -15,14 +15,11 @@ pub struct Letus {
     max_delta_chain: Option<u32>,
 }
 
-/// The cache budget split between decoded pages (7/8) and index blocks (1/8), so that letus uses the same total
-/// as the peers' single block cache.
+/// letus' memory budget is the cache budget given to every system (the engine splits it between its caches).
 fn options(cache_bytes: usize, max_delta_chain: Option<u32>) -> Options {
-    let cache = cache_bytes as u64;
     let d = Options::default();
     Options {
-        page_cache_bytes: cache - cache / 8,
-        block_cache_bytes: cache / 8,
+        memory_budget_bytes: cache_bytes as u64,
         max_delta_chain: max_delta_chain.unwrap_or(d.max_delta_chain),
         ..d
     }
