@@ -17,7 +17,7 @@ use serde::Serialize;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use system::{disk_bytes, drop_os_cache, proc_io, System};
+use system::{disk_bytes, drop_os_cache, proc_io, rss_bytes, System};
 use workload::{Kind, Workload};
 
 #[derive(Parser, Debug)]
@@ -97,14 +97,17 @@ struct Args {
 
 /// One point of the series over time.
 #[derive(Serialize, Debug, Default, Clone)]
-struct Sample {
+pub struct Sample {
     /// Version (block number, load blocks included) at the end of the window.
-    version: u64,
+    pub version: u64,
     /// `true` for the load phase.
-    load: bool,
+    pub load: bool,
     /// Committed updates per second of commit time over the window.
-    updates_per_sec: f64,
-    disk_bytes: u64,
+    pub updates_per_sec: f64,
+    pub disk_bytes: u64,
+    /// The process's resident set at the end of the window (the systems run one after another in one process;
+    /// each one's data and caches are dropped before the next starts).
+    pub rss_bytes: u64,
 }
 
 /// Serial against parallel loading of a block's access list from a cold start.
@@ -228,8 +231,8 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
     // Load.
     let t = Instant::now();
     let mut version = 0u64;
-    let loads: Vec<_> = w.load_blocks(args.load_block).collect();
-    for b in loads {
+    // Generated block by block: at 10M accounts the whole load would be a gigabyte of the process's RSS.
+    for b in w.load_blocks(args.load_block) {
         version += 1;
         let t = Instant::now();
         sys.apply_block(version, &b)?;
@@ -238,6 +241,7 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
             load: true,
             updates_per_sec: b.len() as f64 / t.elapsed().as_secs_f64(),
             disk_bytes: disk_bytes(&dir),
+            rss_bytes: rss_bytes(),
         });
     }
     sys.flush()?;
@@ -273,6 +277,7 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
                 load: false,
                 updates_per_sec: win_updates as f64 / win_busy.as_secs_f64(),
                 disk_bytes: disk_bytes(&dir),
+                rss_bytes: rss_bytes(),
             });
             (win_updates, win_busy) = (0, Duration::ZERO);
         }
@@ -652,6 +657,7 @@ fn main() -> Result<()> {
         let load_blocks = args.accounts.div_ceil(args.load_block.max(1));
         plot::throughput(&results, load_blocks, &args.out.join("throughput.svg"))?;
         plot::space(&results, &args.out.join("space.svg"))?;
+        plot::load_and_rss(&results, args.load_block, &args.out.join("scale.svg"))?;
         plot::ios_per_get(&results, &args.out.join("ios_per_get.svg"))?;
     }
     print!("{}", markdown(&args, &results, &failures));

@@ -146,6 +146,64 @@ pub fn space(results: &[Result1], path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The load phase against the keys held: keys loaded per second (left) and the process's RSS (right), per system.
+pub fn load_and_rss(results: &[Result1], load_block: u64, path: &Path) -> Result<()> {
+    let keys = |s: &crate::Sample| (s.version * load_block) as f64 / 1e6;
+    let rate: Series = results
+        .iter()
+        .map(|r| {
+            let pts = r
+                .series
+                .iter()
+                .filter(|s| s.load)
+                .map(|s| (keys(s), s.updates_per_sec / 1e3))
+                .collect();
+            (r.system.as_str(), pts)
+        })
+        .collect();
+    let rss: Series = results
+        .iter()
+        .map(|r| {
+            let pts = r
+                .series
+                .iter()
+                .filter(|s| s.load)
+                .map(|s| (keys(s), s.rss_bytes as f64 / (1u64 << 30) as f64))
+                .collect();
+            (r.system.as_str(), pts)
+        })
+        .collect();
+    let root = SVGBackend::new(path, (SIZE.0 * 2, SIZE.1)).into_drawing_area();
+    let (left, right) = root.split_horizontally(SIZE.0);
+    for (area, series, title, y_desc) in [
+        (
+            &left,
+            rate,
+            "Load: keys per second against keys held",
+            "thousand keys/s (per load block)",
+        ),
+        (
+            &right,
+            rss,
+            "Load: resident memory against keys held",
+            "RSS, GiB",
+        ),
+    ] {
+        let ((_, x_max), (_, y_max)) = extent(&series);
+        let mut c = frame(area, title)?
+            .build_cartesian_2d(0.0..x_max, 0.0..y_max * 1.1)
+            .map_err(err)?;
+        c.configure_mesh()
+            .x_desc("million keys held")
+            .y_desc(y_desc)
+            .draw()
+            .map_err(err)?;
+        draw_lines(&mut c, series, false, SeriesLabelPosition::UpperRight)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
 /// Where a cache of 0 bytes is drawn on the logarithmic axis (percent of the store).
 const NO_CACHE_AT: f64 = 0.01;
 

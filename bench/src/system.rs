@@ -152,6 +152,19 @@ pub fn proc_io() -> (u64, u64) {
     (field("read_bytes:"), field("write_bytes:"))
 }
 
+/// This process's resident set (`VmRSS`), bytes.
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024
+}
+
 /// Drops the OS page cache (root only); returns whether it could.
 pub fn drop_os_cache() -> bool {
     let _ = std::process::Command::new("sync").status();

@@ -169,6 +169,24 @@ fn many_keys_deep_pages() {
 }
 
 #[test]
+fn random_workloads_tiny_memory_budget() {
+    // A budget of a few pages: nearly every page a commit, read or proof needs is loaded from the index files
+    // (or the MemIndexTable being flushed) again.
+    for seed in [21, 22] {
+        run(
+            seed,
+            50,
+            2_000,
+            Options {
+                memory_budget_bytes: 16 * 1024,
+                memtable_bytes: 2 * 1024,
+                ..small_options()
+            },
+        );
+    }
+}
+
+#[test]
 fn random_workloads_short_delta_chains() {
     // Large Td/Tb with a flush every few commits: the chain cap, not Tb, decides when BasePages are written.
     for (seed, chain) in [(11, 0), (12, 1), (13, 2)] {

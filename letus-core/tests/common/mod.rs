@@ -30,8 +30,9 @@ pub fn small_options() -> Options {
         base_threshold: 9,
         memtable_bytes: 16 * 1024,
         vdls_file_bytes: 64 * 1024,
-        // Far smaller than the state: pages are evicted and reloaded constantly.
-        memory_budget_bytes: 384 * 1024,
+        // Far smaller than the state of most tests (a few thousand keys need about 400 KiB of pages): pages are
+        // evicted and reloaded constantly.
+        memory_budget_bytes: 128 * 1024,
         ..Options::default()
     }
 }
