@@ -114,7 +114,18 @@ pub fn value_hash(value: &[u8]) -> Hash {
 
 /// `leaf_hash(path, value_hash)`.
 pub fn leaf_hash(path: &crate::KeyPath, value_hash: &Hash) -> Hash {
-    tagged(tag::LEAF, &[&path.0, &value_hash.0])
+    tagged_pair(tag::LEAF, &path.0, &value_hash.0)
+}
+
+/// `H(tag || a || b)` for two 32-byte strings: the same bytes as [`tagged`], hashed in one call from one buffer.
+/// Leaf and inner hashes are most of the engine's hashing; the incremental hasher's bookkeeping was a fifth of
+/// their cost.
+fn tagged_pair(tag: u8, a: &[u8; 32], b: &[u8; 32]) -> Hash {
+    let mut buf = [0u8; 65];
+    buf[0] = tag;
+    buf[1..33].copy_from_slice(a);
+    buf[33..].copy_from_slice(b);
+    Hash(*blake3::hash(&buf).as_bytes())
 }
 
 /// `inner(l, r)`: [`EMPTY`] when both sides are empty, so empty parts of a node weigh nothing.
@@ -122,7 +133,7 @@ pub fn inner(l: &Hash, r: &Hash) -> Hash {
     if l.is_empty() && r.is_empty() {
         EMPTY
     } else {
-        tagged(tag::INNER, &[&l.0, &r.0])
+        tagged_pair(tag::INNER, &l.0, &r.0)
     }
 }
 

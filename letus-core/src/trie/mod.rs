@@ -255,6 +255,9 @@ impl<S: PageSource> Updater<'_, S> {
                         .map(|(c, group)| self.update_child(&old, c, group))
                         .collect::<Result<_>>()?
                 };
+                if !collapses(&old, &outs) {
+                    return self.replace_children(old, outs);
+                }
                 let (parts, touched) = splice_children(&old, outs);
                 let id = old.id;
                 self.finish_page(id, Some(old), parts, Some(touched))
@@ -416,6 +419,61 @@ impl<S: PageSource> Updater<'_, S> {
         }))
     }
 
+    /// A branch page that stays a branch, with its touched children replaced by `outs`. The changes are found
+    /// child by child; the page is then rewritten in place when the update holds the only reference to it (the
+    /// usual case: the cache gave it up in [`PageSource::take`]), so that an update of one slot does not copy the
+    /// other 255.
+    fn replace_children(&mut self, old: Arc<Page>, outs: Vec<ChildOut>) -> Result<Option<Cell>> {
+        let mut changes = Vec::new();
+        for o in &outs {
+            let before: Vec<(SlotNo, Cell)> = match old.child(o.c) {
+                Child::Leaf(l) => vec![(child_slot(o.c), Cell::Leaf(*l))],
+                _ => Vec::new(),
+            };
+            let after: Vec<(SlotNo, Cell)> = o
+                .leaf
+                .map(|l| vec![(child_slot(o.c), Cell::Leaf(l))])
+                .unwrap_or_default();
+            changes.extend(page::diff(&before, &after));
+        }
+        for o in &outs {
+            changes.extend(page::diff(old.grandchildren(o.c), &o.grand));
+        }
+        if changes.is_empty() {
+            let cell = Cell::Page {
+                hash: old.hash(),
+                version: old.version,
+            };
+            self.src.give_back(self.tid, old);
+            return Ok(Some(cell));
+        }
+        let prior = Prior {
+            version: old.version,
+            head: old.head,
+        };
+        let id = old.id;
+        let new = match Arc::try_unwrap(old) {
+            Ok(page) => page.with_children(
+                self.version,
+                outs.iter().map(|o| (o.c, o.leaf, &o.grand[..], o.hash)),
+            ),
+            Err(shared) => {
+                let ((cells, branches), _) = splice_children(&shared, outs);
+                Page::from_parts(id, self.version, cells, branches)
+            }
+        };
+        let hash = new.hash();
+        self.pages.push(PageWrite {
+            old: Some(prior),
+            new,
+            changes,
+        });
+        Ok(Some(Cell::Page {
+            hash,
+            version: self.version,
+        }))
+    }
+
     /// The leaves below a node after the writes: the existing leaf (unless overwritten or deleted) plus new puts.
     /// Records the existing leaf's location as the previous record of the write that replaces it.
     fn puts(&mut self, existing: Option<&Leaf>, writes: &[Write]) -> Vec<Leaf> {
@@ -457,6 +515,28 @@ fn assemble(outs: Vec<ChildOut>) -> Parts {
         cells.extend(o.grand);
     }
     (cells, branches)
+}
+
+/// Whether `page` with the children in `outs` replaced would hold nothing or a single leaf (and so collapse into
+/// its parent, or for the root page become a leaf root).
+fn collapses(page: &Page, outs: &[ChildOut]) -> bool {
+    let mut nonempty = 0;
+    let mut leaves = 0;
+    for c in 0..16u8 {
+        let (empty, leaf) = match outs.iter().find(|o| o.c == c) {
+            Some(o) => (o.leaf.is_none() && o.grand.is_empty(), o.leaf.is_some()),
+            None => match page.child(c) {
+                Child::Empty => (true, false),
+                Child::Leaf(_) => (false, true),
+                Child::Branch(_) => (false, false),
+            },
+        };
+        if !empty {
+            nonempty += 1;
+            leaves += usize::from(leaf);
+        }
+    }
+    nonempty == 0 || (nonempty == 1 && leaves == 1)
 }
 
 /// The slots of `page` with the children in `outs` (sorted by child) replaced by their new content; untouched

@@ -212,6 +212,52 @@ impl Page {
         page
     }
 
+    /// This page at `version` with the given children replaced: `(c, leaf, grandchild slots, branch hash)` each,
+    /// in child order, rewritten in place (the slots of the other children are not copied). The result must stay
+    /// a branch page (the caller checked that it does not collapse). The head is cleared: the store sets it.
+    pub fn with_children<'a>(
+        mut self,
+        version: Version,
+        children: impl Iterator<Item = (u8, Option<Leaf>, &'a [(SlotNo, Cell)], Option<Hash>)>,
+    ) -> Page {
+        for (c, leaf, grand, hash) in children {
+            let slot = child_slot(c);
+            match (self.cells.binary_search_by_key(&slot, |(s, _)| *s), leaf) {
+                (Ok(i), Some(l)) => self.cells[i].1 = Cell::Leaf(l),
+                (Err(i), Some(l)) => self.cells.insert(i, (slot, Cell::Leaf(l))),
+                (Ok(i), None) => {
+                    self.cells.remove(i);
+                }
+                (Err(_), None) => {}
+            }
+            let lo = grand_slot(c, 0);
+            let a = self.cells.partition_point(|(s, _)| *s < lo);
+            let b = self.cells.partition_point(|(s, _)| *s < lo + 16);
+            if b - a == grand.len() {
+                self.cells[a..b].copy_from_slice(grand);
+            } else {
+                self.cells.splice(a..b, grand.iter().copied());
+            }
+            match (self.branches.binary_search_by_key(&c, |(b, _)| *b), hash) {
+                (Ok(i), Some(h)) => self.branches[i].1 = h,
+                (Err(i), Some(h)) => self.branches.insert(i, (c, h)),
+                (Ok(i), None) => {
+                    self.branches.remove(i);
+                }
+                (Err(_), None) => {}
+            }
+        }
+        self.version = version;
+        self.head = None;
+        self.hash = fold(&self.child_hashes());
+        debug_assert_eq!(
+            Page::build(self.id, version, None, self.cells.clone()).map(|p| (p.hash, p.branches)),
+            Ok((self.hash, self.branches.clone())),
+            "an update rewrote a page inconsistently"
+        );
+        self
+    }
+
     /// The hash of inline child branch `c`, if child `c` is a branch.
     pub fn branch_hash(&self, c: u8) -> Option<Hash> {
         self.branches
@@ -329,33 +375,41 @@ pub enum Lookup<'a> {
 }
 
 impl Page {
-    /// Where `path` leads inside this page.
+    /// Where `path` leads inside this page: the read path of every get, proof and update, so it looks at as
+    /// few slots as it can (the child-leaf slots are the first at most 16 entries; a child that is neither a leaf
+    /// nor a branch simply has no grandchild slot).
     pub fn lookup(&self, path: &KeyPath) -> Lookup<'_> {
-        let d = usize::from(self.id.depth);
-        let leaf = |l: &Leaf| -> bool { l.path == *path };
-        match self.root() {
-            Root::Empty => Lookup::Absent,
-            Root::Leaf(l) => {
-                if leaf(l) {
+        let is = |l: &'_ Leaf| l.path == *path;
+        let cells = self.cells.as_slice();
+        match cells.first() {
+            None => return Lookup::Absent,
+            Some((0, Cell::Leaf(l))) => {
+                return if is(l) {
                     Lookup::Leaf(l)
                 } else {
                     Lookup::Absent
                 }
             }
-            Root::Branch => {
-                let c = path.nibble(d);
-                match self.child(c) {
-                    Child::Empty => Lookup::Absent,
-                    Child::Leaf(l) if leaf(l) => Lookup::Leaf(l),
-                    Child::Leaf(_) => Lookup::Absent,
-                    Child::Branch(_) => match self.cell(grand_slot(c, path.nibble(d + 1))) {
-                        None => Lookup::Absent,
-                        Some(Cell::Leaf(l)) if leaf(l) => Lookup::Leaf(l),
-                        Some(Cell::Leaf(_)) => Lookup::Absent,
-                        Some(Cell::Page { version, .. }) => Lookup::Page(*version),
-                    },
-                }
-            }
+            Some(_) => {}
+        }
+        let d = usize::from(self.id.depth);
+        let c = path.nibble(d);
+        let leaves = cells.iter().take(16).take_while(|(s, _)| *s <= 16).count();
+        let (child_leaves, grand) = cells.split_at(leaves);
+        if let Ok(i) = child_leaves.binary_search_by_key(&child_slot(c), |(s, _)| *s) {
+            return match &child_leaves[i].1 {
+                Cell::Leaf(l) if is(l) => Lookup::Leaf(l),
+                _ => Lookup::Absent,
+            };
+        }
+        let slot = grand_slot(c, path.nibble(d + 1));
+        match grand.binary_search_by_key(&slot, |(s, _)| *s) {
+            Err(_) => Lookup::Absent,
+            Ok(i) => match &grand[i].1 {
+                Cell::Leaf(l) if is(l) => Lookup::Leaf(l),
+                Cell::Leaf(_) => Lookup::Absent,
+                Cell::Page { version, .. } => Lookup::Page(*version),
+            },
         }
     }
 }
