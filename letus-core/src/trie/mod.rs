@@ -182,7 +182,7 @@ pub fn update<S: PageSource>(
         None => {
             let leaves = u.puts(None, writes);
             let parts = u.build_page_cells(0, &leaves)?;
-            u.finish_page(PageId::ROOT, None, parts, None)?
+            u.finish_page(PageId::ROOT, None, parts)?
                 .ok_or_else(|| internal("a new root page vanished"))?
         }
     };
@@ -217,7 +217,7 @@ impl<S: PageSource> Updater<'_, S> {
                 let leaves = self.puts(existing.as_ref(), writes);
                 let parts = self.build_page_cells(d, &leaves)?;
                 let id = old.id;
-                self.finish_page(id, Some(old), parts, None)
+                self.finish_page(id, Some(old), parts)
             }
             Root::Branch => {
                 let groups: Vec<(u8, &[Write])> = nibble_groups(writes, d, |w| &w.path)
@@ -258,9 +258,10 @@ impl<S: PageSource> Updater<'_, S> {
                 if !collapses(&old, &outs) {
                     return self.replace_children(old, outs);
                 }
-                let (parts, touched) = splice_children(&old, outs);
+                // The page collapses into its parent, or (the root page) into a leaf or nothing.
+                let parts = splice_children(&old, outs);
                 let id = old.id;
-                self.finish_page(id, Some(old), parts, Some(touched))
+                self.finish_page(id, Some(old), parts)
             }
         }
     }
@@ -342,7 +343,7 @@ impl<S: PageSource> Updater<'_, S> {
             [one] => Ok(Some(Cell::Leaf(*one))),
             [first, ..] => {
                 let parts = self.build_page_cells(depth, leaves)?;
-                self.finish_page(page_id(&first.path, depth), None, parts, None)
+                self.finish_page(page_id(&first.path, depth), None, parts)
             }
         }
     }
@@ -363,7 +364,6 @@ impl<S: PageSource> Updater<'_, S> {
         id: PageId,
         old: Option<Arc<Page>>,
         (mut cells, mut branches): Parts,
-        touched: Option<u16>,
     ) -> Result<Option<Cell>> {
         let single_leaf = match cells.as_slice() {
             [(s, Cell::Leaf(l))] if (1..=16).contains(s) || *s == 0 => Some(*l),
@@ -381,17 +381,8 @@ impl<S: PageSource> Updater<'_, S> {
             cells = vec![(0, Cell::Leaf(l))];
             branches = Vec::new();
         }
-        let old_cells = old.as_ref().map_or(&[][..], |o| o.cells());
-        // Only the touched children can differ, unless the page root changed kind (a root page that becomes or
-        // stops being a single leaf).
-        let same_kind =
-            !matches!(cells.first(), Some((0, _))) && !matches!(old_cells.first(), Some((0, _)));
-        let changes = match touched {
-            Some(t) if same_kind && !old_cells.is_empty() && !cells.is_empty() => {
-                diff_children(old_cells, &cells, t)
-            }
-            _ => page::diff(old_cells, &cells),
-        };
+        // Pages that stay branches go through `replace_children`; what comes here is new or changes kind.
+        let changes = page::diff(old.as_ref().map_or(&[][..], |o| o.cells()), &cells);
         if let Some(o) = old.as_ref().filter(|_| changes.is_empty()) {
             let cell = Cell::Page {
                 hash: o.hash(),
@@ -458,7 +449,7 @@ impl<S: PageSource> Updater<'_, S> {
                 outs.iter().map(|o| (o.c, o.leaf, &o.grand[..], o.hash)),
             ),
             Err(shared) => {
-                let ((cells, branches), _) = splice_children(&shared, outs);
+                let (cells, branches) = splice_children(&shared, outs);
                 Page::from_parts(id, self.version, cells, branches)
             }
         };
@@ -540,9 +531,8 @@ fn collapses(page: &Page, outs: &[ChildOut]) -> bool {
 }
 
 /// The slots of `page` with the children in `outs` (sorted by child) replaced by their new content; untouched
-/// children keep their slots and branch hashes. Also returns the mask of the touched children.
-fn splice_children(page: &Page, outs: Vec<ChildOut>) -> (Parts, u16) {
-    let touched = outs.iter().fold(0u16, |m, o| m | 1 << o.c);
+/// children keep their slots and branch hashes.
+fn splice_children(page: &Page, outs: Vec<ChildOut>) -> Parts {
     let extra: usize = outs.iter().map(|o| o.grand.len() + 1).sum();
     let mut cells = Vec::with_capacity(page.cells().len() + extra);
     let mut branches = Vec::with_capacity(16);
@@ -581,30 +571,7 @@ fn splice_children(page: &Page, outs: Vec<ChildOut>) -> (Parts, u16) {
             }
         }
     }
-    ((cells, branches), touched)
-}
-
-/// The slot changes from `old` to `new` when only the children in `touched` can differ (both pages branches).
-fn diff_children(old: &[(SlotNo, Cell)], new: &[(SlotNo, Cell)], touched: u16) -> Vec<Change> {
-    let leaf_of = |cells: &[(SlotNo, Cell)], c: u8| -> Vec<(SlotNo, Cell)> {
-        let slot = child_slot(c);
-        cells
-            .binary_search_by_key(&slot, |(s, _)| *s)
-            .map(|i| vec![cells[i]])
-            .unwrap_or_default()
-    };
-    let mut out = Vec::new();
-    let children = (0..16u8).filter(|c| touched & (1 << c) != 0);
-    for c in children.clone() {
-        out.extend(page::diff(&leaf_of(old, c), &leaf_of(new, c)));
-    }
-    for c in children {
-        out.extend(page::diff(
-            page::grand_range(old, c),
-            page::grand_range(new, c),
-        ));
-    }
-    out
+    (cells, branches)
 }
 
 /// The leaf of `path` below the page `root`, if any.

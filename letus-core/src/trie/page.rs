@@ -394,7 +394,7 @@ impl Page {
         }
         let d = usize::from(self.id.depth);
         let c = path.nibble(d);
-        let leaves = cells.iter().take(16).take_while(|(s, _)| *s <= 16).count();
+        let leaves = cells[..cells.len().min(16)].partition_point(|(s, _)| *s <= 16);
         let (child_leaves, grand) = cells.split_at(leaves);
         if let Ok(i) = child_leaves.binary_search_by_key(&child_slot(c), |(s, _)| *s) {
             return match &child_leaves[i].1 {
