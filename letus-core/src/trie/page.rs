@@ -224,7 +224,10 @@ impl Page {
             let slot = child_slot(c);
             match (self.cells.binary_search_by_key(&slot, |(s, _)| *s), leaf) {
                 (Ok(i), Some(l)) => self.cells[i].1 = Cell::Leaf(l),
-                (Err(i), Some(l)) => self.cells.insert(i, (slot, Cell::Leaf(l))),
+                (Err(i), Some(l)) => {
+                    self.cells.reserve_exact(1);
+                    self.cells.insert(i, (slot, Cell::Leaf(l)));
+                }
                 (Ok(i), None) => {
                     self.cells.remove(i);
                 }
@@ -236,16 +239,26 @@ impl Page {
             if b - a == grand.len() {
                 self.cells[a..b].copy_from_slice(grand);
             } else {
+                // Grow by exactly what is added: a page's capacity is its cache weight, and doubling would let
+                // the pages of a state that fits the budget outgrow it.
+                self.cells.reserve_exact(grand.len().saturating_sub(b - a));
                 self.cells.splice(a..b, grand.iter().copied());
             }
             match (self.branches.binary_search_by_key(&c, |(b, _)| *b), hash) {
                 (Ok(i), Some(h)) => self.branches[i].1 = h,
-                (Err(i), Some(h)) => self.branches.insert(i, (c, h)),
+                (Err(i), Some(h)) => {
+                    self.branches.reserve_exact(1);
+                    self.branches.insert(i, (c, h));
+                }
                 (Ok(i), None) => {
                     self.branches.remove(i);
                 }
                 (Err(_), None) => {}
             }
+        }
+        // Removals leave capacity behind; give it back once it is a noticeable part of the page.
+        if self.cells.capacity() > self.cells.len() + self.cells.len() / 8 + 1 {
+            self.cells.shrink_to_fit();
         }
         self.version = version;
         self.head = None;
