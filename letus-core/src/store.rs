@@ -585,7 +585,13 @@ impl Store {
         let where_ = || self.engine.dir.join("vdls");
         match rec {
             Record::Put { key: k, value, .. } => {
-                if KeyPath::of(&k) != leaf.path || key.is_some_and(|key| key != k.as_slice()) {
+                // With the key asked for, byte equality is the check (its path led to this leaf); without it the
+                // record's key must hash to the leaf's path.
+                let wrong = match key {
+                    Some(key) => key != k.as_slice(),
+                    None => KeyPath::of(&k) != leaf.path,
+                };
+                if wrong {
                     return Err(Error::corrupt(
                         where_(),
                         leaf.loc.offset,
