@@ -291,10 +291,7 @@ impl Page {
 
     /// The content of `slot`.
     pub fn cell(&self, slot: SlotNo) -> Option<&Cell> {
-        self.cells
-            .binary_search_by_key(&slot, |(s, _)| *s)
-            .ok()
-            .map(|i| &self.cells[i].1)
+        find_slot(&self.cells, slot).ok().map(|i| &self.cells[i].1)
     }
 
     /// The page's root node.
@@ -359,6 +356,39 @@ impl Page {
     }
 }
 
+/// Where `slot` is in the sorted slot list `cells` (`Err`: where it would go), like `binary_search`. Key paths are
+/// hashes, so a page's slots are spread evenly over their range: the first probe is interpolated, then a few
+/// neighbours are read in memory order (one or two cache lines instead of a binary search's eight over 104-byte
+/// entries: the page lookups of a warm get were a fifth of its time); an uneven page falls back to a binary search.
+fn find_slot(cells: &[(SlotNo, Cell)], slot: SlotNo) -> Result<usize, usize> {
+    let (Some(first), Some(last)) = (cells.first(), cells.last()) else {
+        return Err(0);
+    };
+    if slot <= first.0 {
+        return if slot == first.0 { Ok(0) } else { Err(0) };
+    }
+    if slot >= last.0 {
+        return if slot == last.0 {
+            Ok(cells.len() - 1)
+        } else {
+            Err(cells.len())
+        };
+    }
+    let span = usize::from(last.0 - first.0);
+    let mut i = usize::from(slot - first.0) * (cells.len() - 1) / span;
+    for _ in 0..4 {
+        match cells[i].0.cmp(&slot) {
+            std::cmp::Ordering::Equal => return Ok(i),
+            // first.0 < slot < last.0, so i stays inside the list while stepping towards `slot`.
+            std::cmp::Ordering::Less if cells[i + 1].0 > slot => return Err(i + 1),
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater if cells[i - 1].0 < slot => return Err(i),
+            std::cmp::Ordering::Greater => i -= 1,
+        }
+    }
+    cells.binary_search_by_key(&slot, |(s, _)| *s)
+}
+
 /// The grandchild slots of child `c` in a sorted slot list.
 pub fn grand_range(cells: &[(SlotNo, Cell)], c: u8) -> &[(SlotNo, Cell)] {
     let lo = grand_slot(c, 0);
@@ -416,7 +446,7 @@ impl Page {
             };
         }
         let slot = grand_slot(c, path.nibble(d + 1));
-        match grand.binary_search_by_key(&slot, |(s, _)| *s) {
+        match find_slot(grand, slot) {
             Err(_) => Lookup::Absent,
             Ok(i) => match &grand[i].1 {
                 Cell::Leaf(l) if is(l) => Lookup::Leaf(l),
@@ -805,6 +835,34 @@ mod tests {
                 len: 50,
             },
         ))
+    }
+
+    #[test]
+    fn page_find_slot_agrees_with_binary_search() {
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2_000 {
+            let density = 1 + next() % 100;
+            let mut cells = Vec::new();
+            for s in 0..=MAX_SLOT {
+                if next() % 100 < density {
+                    cells.push((s, leaf(1)));
+                }
+            }
+            for slot in 0..=MAX_SLOT + 1 {
+                assert_eq!(
+                    find_slot(&cells, slot),
+                    cells.binary_search_by_key(&slot, |(s, _)| *s),
+                    "slot {slot} in {:?}",
+                    cells.iter().map(|(s, _)| *s).collect::<Vec<_>>()
+                );
+            }
+        }
     }
 
     #[test]
