@@ -148,31 +148,22 @@ pub fn space(results: &[Result1], path: &Path) -> Result<()> {
 
 /// The load phase against the keys held: keys loaded per second (left) and the process's RSS (right), per system.
 pub fn load_and_rss(results: &[Result1], load_block: u64, path: &Path) -> Result<()> {
-    let keys = |s: &crate::Sample| (s.version * load_block) as f64 / 1e6;
-    let rate: Series = results
-        .iter()
-        .map(|r| {
-            let pts = r
-                .series
-                .iter()
-                .filter(|s| s.load)
-                .map(|s| (keys(s), s.updates_per_sec / 1e3))
-                .collect();
-            (r.system.as_str(), pts)
-        })
-        .collect();
-    let rss: Series = results
-        .iter()
-        .map(|r| {
-            let pts = r
-                .series
-                .iter()
-                .filter(|s| s.load)
-                .map(|s| (keys(s), s.rss_bytes as f64 / (1u64 << 30) as f64))
-                .collect();
-            (r.system.as_str(), pts)
-        })
-        .collect();
+    let load_series = |y: &dyn Fn(&crate::Sample) -> f64| -> Series {
+        results
+            .iter()
+            .map(|r| {
+                let pts = r
+                    .series
+                    .iter()
+                    .filter(|s| s.load)
+                    .map(|s| ((s.version * load_block) as f64 / 1e6, y(s)))
+                    .collect();
+                (r.system.as_str(), pts)
+            })
+            .collect()
+    };
+    let rate = load_series(&|s| s.updates_per_sec / 1e3);
+    let rss = load_series(&|s| s.rss_bytes as f64 / (1u64 << 30) as f64);
     let root = SVGBackend::new(path, (SIZE.0 * 2, SIZE.1)).into_drawing_area();
     let (left, right) = root.split_horizontally(SIZE.0);
     for (area, series, title, y_desc) in [

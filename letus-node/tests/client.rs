@@ -4,9 +4,11 @@
 //! one asked for must never be reported as verified, with or without a trusted root; every failure is one JSON
 //! line with a code.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,30 +33,7 @@ impl Drop for Node {
 
 fn start() -> Node {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_letus"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            TOKEN,
-            "--data",
-        ])
-        .arg(dir.path())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("the node prints its URL")
-        .to_string();
+    let (child, url) = common::serve(dir.path(), TOKEN);
     Node {
         child,
         url,

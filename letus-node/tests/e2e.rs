@@ -2,8 +2,9 @@
 //! back and verified with letus-verify; a graceful restart (SIGTERM) and a crash (SIGKILL) lose nothing that was
 //! acknowledged.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use letus_node::api::{BlockRequest, DigestsResponse, ValueResponse, WriteOp};
@@ -13,31 +14,7 @@ use letus_verify::{verify_proof, Limits, Proof};
 const TOKEN: &str = "e2e-token";
 
 fn start(data: &std::path::Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_letus"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            TOKEN,
-            "--data",
-        ])
-        .arg(data)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("the node prints its URL")
-        .to_string();
-    (child, url)
+    common::serve(data, TOKEN)
 }
 
 fn agent() -> ureq::Agent {

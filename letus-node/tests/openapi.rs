@@ -5,9 +5,10 @@
 //! with a code everywhere, the fallbacks (404, 405) included; the errors hyper answers by itself (400, 414, 431)
 //! are checked against the real binary.
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
+use std::io::{Read, Write};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -447,30 +448,7 @@ fn raw(addr: &str, request: &[u8]) -> (u16, Value) {
 #[test]
 fn errors_hyper_answers_itself_are_json_too() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_letus"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            TOKEN,
-            "--data",
-        ])
-        .arg(dir.path())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .to_string();
+    let (mut child, url) = common::serve(dir.path(), TOKEN);
     let addr = url.trim_start_matches("http://").to_string();
     // A 40,000-byte key in a URL (80,000 hex digits): above hyper's URI limit.
     let long = format!(

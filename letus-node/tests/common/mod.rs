@@ -1,0 +1,36 @@
+//! Helpers shared by the tests that run the real `letus` binary.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// `letus serve` on a free port of 127.0.0.1 over the store in `data`, with write token `token`: the running child
+/// and the URL it listens on (named in the first line it prints).
+pub fn serve(data: &Path, token: &str) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_letus"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            token,
+            "--data",
+        ])
+        .arg(data)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn letus serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped stdout"))
+        .read_line(&mut line)
+        .expect("the node's first line");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("the node prints its URL")
+        .to_string();
+    (child, url)
+}
