@@ -224,12 +224,10 @@ pub struct GetArgs {
     root: Option<String>,
 }
 
-pub fn get(a: GetArgs) -> Result<ExitCode, String> {
-    let mut request = Map::new();
-    request.insert("tid".into(), a.tid.into());
-    request.insert("key".into(), a.key.to_ascii_lowercase().into());
-    request.insert("version".into(), a.version.into());
-    Ok(match get_verified(&a) {
+/// Prints the verified answer's JSON line (exit status from whether it verified), or the failure's line naming the
+/// request.
+fn report(result: Result<(Value, bool), Failure>, request: Map<String, Value>) -> ExitCode {
+    match result {
         Ok((line, ok)) => {
             print_line(&line);
             exit(ok)
@@ -238,7 +236,15 @@ pub fn get(a: GetArgs) -> Result<ExitCode, String> {
             print_line(&f.line(request));
             ExitCode::FAILURE
         }
-    })
+    }
+}
+
+pub fn get(a: GetArgs) -> Result<ExitCode, String> {
+    let mut request = Map::new();
+    request.insert("tid".into(), a.tid.into());
+    request.insert("key".into(), a.key.to_ascii_lowercase().into());
+    request.insert("version".into(), a.version.into());
+    Ok(report(get_verified(&a), request))
 }
 
 fn get_verified(a: &GetArgs) -> Result<(Value, bool), Failure> {
@@ -331,16 +337,7 @@ pub fn proof(a: ProofArgs) -> Result<ExitCode, String> {
             .into(),
     );
     request.insert("version".into(), a.version.into());
-    Ok(match proof_verified(&a) {
-        Ok((line, ok)) => {
-            print_line(&line);
-            exit(ok)
-        }
-        Err(f) => {
-            print_line(&f.line(request));
-            ExitCode::FAILURE
-        }
-    })
+    Ok(report(proof_verified(&a), request))
 }
 
 fn proof_verified(a: &ProofArgs) -> Result<(Value, bool), Failure> {
