@@ -301,6 +301,17 @@ impl Store {
                         let mut writes = std::mem::take(&mut pending);
                         for w in writes.values_mut() {
                             w.sort_by_key(|w| w.path);
+                            // A commit never logs a key twice; the trie update relies on unique paths (two leaves
+                            // with one path would never separate), so a group that does is corrupt.
+                            if w.windows(2).any(|p| p[0].path == p[1].path) {
+                                return Err(Error::corrupt(
+                                    dir.join("vdls"),
+                                    loc.offset,
+                                    format!(
+                                        "the commit group of version {version} writes a key twice"
+                                    ),
+                                ));
+                            }
                         }
                         if engine.versions.last().is_some_and(|l| *l >= *version) {
                             return Err(Error::corrupt(

@@ -165,3 +165,41 @@ fn a_second_process_cannot_open_the_same_store() {
         Err(Error::Locked(_))
     ));
 }
+
+#[test]
+fn a_checksum_valid_group_that_writes_a_key_twice_is_corruption_not_a_hang() {
+    use letus_core::metrics::Counters;
+    use letus_core::vdls::{Position, Record, Vdls, VdlsOptions};
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut store = Store::open(dir.path(), small_options()).unwrap();
+        store.put(0, b"a", b"1").unwrap();
+        store.commit(1).unwrap();
+    }
+    // A crafted group that passes every checksum: version 2 puts the same key twice.
+    let mut log = Vdls::open(
+        &dir.path().join("vdls"),
+        VdlsOptions::default(),
+        std::sync::Arc::new(Counters::default()),
+        Position::START,
+        |_, _| Ok(()),
+    )
+    .unwrap();
+    for value in [b"2", b"3"] {
+        log.append(&Record::Put {
+            version: 2,
+            tid: 0,
+            key: b"dup".to_vec(),
+            value: value.to_vec(),
+            prev: None,
+        })
+        .unwrap();
+    }
+    log.commit(2, &[]).unwrap();
+    drop(log);
+    match Store::open(dir.path(), small_options()) {
+        Err(Error::Corrupt { .. }) => {}
+        Err(e) => panic!("expected corruption, got {e}"),
+        Ok(_) => panic!("a group that writes a key twice was accepted"),
+    }
+}

@@ -165,6 +165,10 @@ pub fn update<S: PageSource>(
     writes: &[Write],
     version: Version,
 ) -> Result<Updated> {
+    // Two writes of one path would never be separated by any nibble: the walk below needs them unique and sorted.
+    if writes.windows(2).any(|w| w[0].path >= w[1].path) {
+        return Err(internal("trie writes out of order or repeated"));
+    }
     let mut u = Updater {
         src,
         tid,
