@@ -214,14 +214,36 @@ impl Store {
         }
         sync_dir(&lsvps_dir)?;
         numbered.sort();
-        let mut files = Vec::new();
-        for (no, path) in &numbered {
-            files.push(Arc::new(IndexFile::open(
-                path,
-                *no,
-                counters.clone(),
-                block_cache.clone(),
-            )?));
+        let mut files: Vec<Arc<IndexFile>> = Vec::new();
+        for (i, (no, path)) in numbered.iter().enumerate() {
+            // Flushes number their files 1, 2, 3, ... (a flush that never finished leaves only a `.tmp`, and its
+            // number is used again), and each file holds the versions after the previous one's: a gap or an
+            // overlap means a file was lost or put back, and its versions would be looked up in the wrong file.
+            if *no != i as u64 + 1 {
+                return Err(Error::corrupt(
+                    &lsvps_dir,
+                    0,
+                    format!(
+                        "index file {:06}.idx is missing (the next one present is {no:06}.idx)",
+                        i + 1
+                    ),
+                ));
+            }
+            let file = IndexFile::open(path, *no, counters.clone(), block_cache.clone())?;
+            if let Some(prev) = files.last() {
+                if file.meta().max_version <= prev.meta().max_version {
+                    return Err(Error::corrupt(
+                        path,
+                        0,
+                        format!(
+                            "index file {no:06}.idx ends at version {}, not after the previous file's {}",
+                            file.meta().max_version,
+                            prev.meta().max_version
+                        ),
+                    ));
+                }
+            }
+            files.push(Arc::new(file));
         }
         let flushed = files.last().map(|f| f.meta().max_version);
         let replay_from = files.last().map_or(Position::START, |f| Position {

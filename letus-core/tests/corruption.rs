@@ -203,3 +203,34 @@ fn a_checksum_valid_group_that_writes_a_key_twice_is_corruption_not_a_hang() {
         Ok(_) => panic!("a group that writes a key twice was accepted"),
     }
 }
+
+#[test]
+fn a_missing_index_file_in_the_middle_is_detected_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path(), small_options()).unwrap();
+    let mut rng = Rng::new(5);
+    for v in 1..=40u64 {
+        for _ in 0..30 {
+            store
+                .put(0, &key(rng.below(2_000)), &rng.bytes(40))
+                .unwrap();
+        }
+        store.commit(v).unwrap();
+    }
+    store.close().unwrap();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.path().join("lsvps"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "idx"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "{} index files", files.len());
+    // The store opens as it is.
+    drop(Store::open(dir.path(), small_options()).unwrap());
+    std::fs::remove_file(&files[files.len() / 2]).unwrap();
+    match Store::open(dir.path(), small_options()) {
+        Err(Error::Corrupt { what, .. }) => assert!(what.contains("missing"), "{what}"),
+        Err(e) => panic!("expected corruption, got {e}"),
+        Ok(_) => panic!("a store with a missing index file opened"),
+    }
+}
