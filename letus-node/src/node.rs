@@ -149,6 +149,16 @@ impl Node {
         let mut store = self.store.write().map_err(lock_err)?;
         let latest = store.latest_version();
         if let Some(latest) = latest {
+            // The version after the last one; none after u64::MAX (a chain may start there, then it is full).
+            let not_next = || match latest.checked_add(1) {
+                Some(expected) => ApiError::NotNext {
+                    got: req.version,
+                    expected,
+                },
+                None => ApiError::BadRequest(format!(
+                    "the last version is {latest}: no version can follow it"
+                )),
+            };
             if req.version <= latest {
                 let blocks = self.blocks.lock().map_err(lock_err)?;
                 let stored = blocks.get(req.version)?;
@@ -161,17 +171,11 @@ impl Node {
                     None if store.versions().binary_search(&req.version).is_ok() => {
                         Err(ApiError::Conflict(req.version))
                     }
-                    None => Err(ApiError::NotNext {
-                        got: req.version,
-                        expected: latest + 1,
-                    }),
+                    None => Err(not_next()),
                 };
             }
-            if req.version != latest + 1 {
-                return Err(ApiError::NotNext {
-                    got: req.version,
-                    expected: latest + 1,
-                });
+            if latest.checked_add(1) != Some(req.version) {
+                return Err(not_next());
             }
         } else if req.version == 0 {
             return Err(ApiError::BadRequest("versions start at 1".into()));
