@@ -394,6 +394,14 @@ impl Store {
         Ok(())
     }
 
+    /// Whether a failed commit left the store unusable until it is reopened. A commit that fails this way may
+    /// already be durable (it failed after its Commit record was fsynced, e.g. in an index flush): reopening
+    /// recovers exactly what is on disk. A commit refused before anything was written (a version not above the
+    /// last one) does not poison.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
     /// Drops every staged change.
     pub fn discard_staged(&mut self) {
         self.staged.clear();

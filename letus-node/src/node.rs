@@ -213,8 +213,14 @@ impl Node {
                 digests,
             }),
             Err(e) => {
-                if let Ok(mut blocks) = self.blocks.lock() {
-                    let _ = blocks.truncate_after(latest.unwrap_or(0));
+                // A commit refused before anything was written leaves the store usable: its block goes. One that
+                // poisoned the store may already be durable, so its block stays: the next open keeps it if the
+                // state has that version and drops it otherwise (removing it here made a durable version
+                // impossible to resubmit or to serve as a block).
+                if !store.is_poisoned() {
+                    if let Ok(mut blocks) = self.blocks.lock() {
+                        let _ = blocks.truncate_after(latest.unwrap_or(0));
+                    }
                 }
                 Err(e.into())
             }

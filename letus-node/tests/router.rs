@@ -606,3 +606,71 @@ async fn a_chain_that_starts_at_the_last_version_answers_without_overflow() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_commit_that_fails_after_it_is_durable_keeps_its_block() {
+    let dir = tempfile::tempdir().unwrap();
+    // Every commit fills the MemIndexTable, so every commit starts an index flush.
+    let opts = Options {
+        memtable_bytes: 1,
+        ..Options::default()
+    };
+    let open = |opts: Options| {
+        let node = Node::open(dir.path(), opts, TOKEN.into(), NodeLimits::default()).unwrap();
+        app(AppState {
+            node: Arc::new(node),
+            metrics: Arc::new(Metrics::new()),
+            static_dirs: vec![],
+        })
+    };
+    let lsvps = dir.path().join("state/lsvps");
+    let t = T {
+        _dir: tempfile::tempdir().unwrap(),
+        app: open(opts.clone()),
+    };
+    // A file where the index directory was: index flushes fail, after the commits they follow are durable.
+    std::fs::rename(&lsvps, dir.path().join("lsvps.saved")).unwrap();
+    std::fs::write(&lsvps, b"not a directory").unwrap();
+    let mut failed = None;
+    for v in 1..=3u64 {
+        let (s, _, _) = call(
+            &t,
+            "POST",
+            "/v1/blocks",
+            Some(block(v, &[(0, b"alice", Some(v.to_string().as_bytes()))])),
+            Some(TOKEN),
+        )
+        .await;
+        if s != StatusCode::OK {
+            failed = Some(v);
+            break;
+        }
+    }
+    let failed = failed.expect("a commit after a failed flush fails");
+    drop(t);
+    std::fs::remove_file(&lsvps).unwrap();
+    std::fs::rename(dir.path().join("lsvps.saved"), &lsvps).unwrap();
+    let t = T {
+        _dir: tempfile::tempdir().unwrap(),
+        app: open(opts),
+    };
+    // The failed commit was durable: the state has it, and so has the block store.
+    let (s, v, _) = call(&t, "GET", "/v1/digest", None, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["version"], failed, "{v}");
+    let (s, v, _) = call(&t, "GET", &format!("/v1/blocks/{failed}"), None, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // And resubmitting it is answered as the retry it is.
+    let (s, v, _) = call(
+        &t,
+        "POST",
+        "/v1/blocks",
+        Some(block(
+            failed,
+            &[(0, b"alice", Some(failed.to_string().as_bytes()))],
+        )),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+}
