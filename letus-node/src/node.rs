@@ -19,7 +19,7 @@ pub struct NodeLimits {
     pub max_body_bytes: usize,
     /// Most keys in one multi-proof request.
     pub max_proof_keys: usize,
-    /// Most writes in one block.
+    /// Most writes in one block, and most keys in its access list.
     pub max_block_writes: usize,
     /// Most history entries returned.
     pub max_history: usize,
@@ -140,6 +140,14 @@ impl Node {
             .map(|b| hex_field(b, "block"))
             .transpose()?
             .unwrap_or_default();
+        // The access list is read in parallel under the store's lock: bounded like the writes.
+        if req.access_list.len() > self.limits.max_block_writes {
+            return Err(ApiError::TooLarge(format!(
+                "{} access-list keys; at most {} per block",
+                req.access_list.len(),
+                self.limits.max_block_writes
+            )));
+        }
         let mut access = Vec::with_capacity(req.access_list.len());
         for (i, a) in req.access_list.iter().enumerate() {
             access.push((a.tid, hex_field(&a.key, &format!("access_list[{i}].key"))?));

@@ -674,3 +674,25 @@ async fn a_commit_that_fails_after_it_is_durable_keeps_its_block() {
     .await;
     assert_eq!(s, StatusCode::OK, "{v}");
 }
+
+#[tokio::test]
+async fn an_access_list_longer_than_the_block_limit_is_refused() {
+    let t = setup(NodeLimits {
+        max_block_writes: 3,
+        ..NodeLimits::default()
+    });
+    let mut body = block(1, &[(0, b"alice", Some(b"1"))]);
+    body["access_list"] = json!((0..4)
+        .map(|i| json!({"tid": 0, "key": hex(format!("k{i}").as_bytes())}))
+        .collect::<Vec<_>>());
+    let (s, v, _) = call(&t, "POST", "/v1/blocks", Some(body.clone()), Some(TOKEN)).await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        "{v}"
+    );
+    // Within the limit the same block commits.
+    body["access_list"] = json!([{"tid": 0, "key": hex(b"alice")}]);
+    let (s, v, _) = call(&t, "POST", "/v1/blocks", Some(body), Some(TOKEN)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+}
