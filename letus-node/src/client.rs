@@ -293,16 +293,23 @@ fn get_verified(a: &GetArgs) -> Result<(Value, bool), Failure> {
     m.insert("value".into(), value.as_deref().map(hex).into());
     m.insert("root".into(), trusted.to_hex().into());
     m.insert("proof_bytes".into(), proof.encoded_len().into());
-    m.insert("verified".into(), verdict.is_ok().into());
-    m.insert(
-        "error".into(),
-        verdict.as_ref().err().map(|e| e.code()).into(),
-    );
-    if let Err(e) = &verdict {
+    Ok(finish_line(m, verdict.as_ref().err(), root.is_some()))
+}
+
+/// The verdict fields every verified answer line ends with (`verified`, `error`, `message`, and whether a trusted
+/// root was given), and whether it verified.
+fn finish_line(
+    mut m: Map<String, Value>,
+    failure: Option<&letus_verify::ProofError>,
+    trusted: bool,
+) -> (Value, bool) {
+    m.insert("verified".into(), failure.is_none().into());
+    m.insert("error".into(), failure.map(|e| e.code()).into());
+    if let Some(e) = failure {
         m.insert("message".into(), e.to_string().into());
     }
-    trust_fields(&mut m, root.is_some());
-    Ok((Value::Object(m), verdict.is_ok()))
+    trust_fields(&mut m, trusted);
+    (Value::Object(m), failure.is_none())
 }
 
 /// `letus proof`.
@@ -413,16 +420,7 @@ fn proof_verified(a: &ProofArgs) -> Result<(Value, bool), Failure> {
     m.insert("proof_hex".into(), hex(&proof.encode()).into());
     m.insert("proof_bytes".into(), proof.encoded_len().into());
     m.insert("root".into(), trusted.to_hex().into());
-    m.insert("verified".into(), verdict.is_ok().into());
-    m.insert(
-        "error".into(),
-        verdict.as_ref().err().map(|e| e.code()).into(),
-    );
-    if let Err(e) = &verdict {
-        m.insert("message".into(), e.to_string().into());
-    }
-    trust_fields(&mut m, root.is_some());
-    Ok((Value::Object(m), verdict.is_ok()))
+    Ok(finish_line(m, verdict.as_ref().err(), root.is_some()))
 }
 
 /// `letus digest`.

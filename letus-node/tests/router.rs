@@ -570,25 +570,18 @@ async fn every_error_has_a_code_and_status() {
 #[tokio::test]
 async fn a_chain_that_starts_at_the_last_version_answers_without_overflow() {
     let t = setup(NodeLimits::default());
-    let (s, v, _) = call(
-        &t,
-        "POST",
-        "/v1/blocks",
-        Some(block(u64::MAX, &[(0, b"alice", Some(b"1"))])),
-        Some(TOKEN),
-    )
-    .await;
-    assert_eq!(s, StatusCode::OK, "{v}");
-    // The same block again is answered from the block store, as any retry is.
-    let (s, v, _) = call(
-        &t,
-        "POST",
-        "/v1/blocks",
-        Some(block(u64::MAX, &[(0, b"alice", Some(b"1"))])),
-        Some(TOKEN),
-    )
-    .await;
-    assert_eq!(s, StatusCode::OK, "{v}");
+    // The first block, then the same block again (answered from the block store, as any retry is).
+    for _ in 0..2 {
+        let (s, v, _) = call(
+            &t,
+            "POST",
+            "/v1/blocks",
+            Some(block(u64::MAX, &[(0, b"alice", Some(b"1"))])),
+            Some(TOKEN),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
     // No version can follow u64::MAX: a clear 400, not an overflow.
     for version in [5, u64::MAX - 1] {
         let (s, v, _) = call(
