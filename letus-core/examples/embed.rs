@@ -64,7 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         incl.hashes.len()
     );
 
-    for h in store.history(NONCES, b"alice", 10)? {
+    for h in store.history(NONCES, b"alice", None, 10)?.entries {
         println!(
             "nonce of alice changed at v{} to {:?}",
             h.version,

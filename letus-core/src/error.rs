@@ -65,6 +65,8 @@ pub enum Error {
     Locked(PathBuf),
     /// An earlier I/O failure left the store in a state where it must be reopened.
     Poisoned,
+    /// A history cursor that is not the version of an entry of that key's history.
+    InvalidCursor(Version),
     /// The caller's callback asked to stop (e.g. the client of a streamed export went away).
     Cancelled,
 }
@@ -123,6 +125,10 @@ impl fmt::Display for Error {
             }
             Error::Locked(p) => write!(f, "{} is in use by another process", p.display()),
             Error::Poisoned => write!(f, "an earlier write failed; reopen the store"),
+            Error::InvalidCursor(v) => write!(
+                f,
+                "cursor {v} is not the version of an entry in this key's history"
+            ),
             Error::Cancelled => write!(f, "stopped by the caller"),
         }
     }

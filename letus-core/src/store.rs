@@ -32,6 +32,7 @@ use crate::lsvps::{
 use crate::metrics::{Counters, Snapshot};
 use crate::options::Options;
 use crate::roots_log::{RootEntry, RootsLog};
+use crate::tombstones::{TombstoneLog, Tombstones};
 use crate::trie::page::{self, Child, Head, Page, Record as PageRecord, Root};
 use crate::trie::{self, Cell, Leaf, PageSource, PageWrite, Updated, Write};
 use crate::vdls::{put_record_len, Location, Position, Record, Vdls, VdlsOptions};
@@ -113,6 +114,40 @@ struct Engine {
     tries: BTreeMap<TrieId, TrieState>,
     versions: Vec<Version>,
     roots_log: RootsLog,
+    /// Keys deleted at the latest version, with their Delete records: a later Put links to it.
+    tombstones: Tombstones,
+    /// `None` only while `open` rebuilds the table of a store written without the log.
+    tombstone_log: Option<TombstoneLog>,
+}
+
+/// A change to the tombstone table made by one commit: `Some(loc)` for a key deleted by the Delete record at
+/// `loc`, `None` for a key put.
+type TombstoneChange = (TrieId, KeyPath, Option<Location>);
+
+/// Applies one commit's tombstone changes to the table and, when given, logs the ones that change it.
+fn apply_tombstones(
+    table: &mut Tombstones,
+    mut log: Option<&mut TombstoneLog>,
+    version: Version,
+    changes: Vec<TombstoneChange>,
+) {
+    for (tid, path, loc) in changes {
+        match loc {
+            Some(loc) => {
+                table.insert((tid, path), loc);
+                if let Some(log) = log.as_deref_mut() {
+                    log.set(version, tid, &path, loc);
+                }
+            }
+            None => {
+                if table.remove(&(tid, path)).is_some() {
+                    if let Some(log) = log.as_deref_mut() {
+                        log.clear(version, tid, &path);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Where the records of a version are looked up.
@@ -125,6 +160,8 @@ enum Segment<'a> {
 struct Plan {
     version: Version,
     tries: Vec<(TrieId, Updated)>,
+    /// What the commit's records change in the tombstone table (filled in by the caller, who has the records).
+    tombstones: Vec<TombstoneChange>,
 }
 
 /// The result of [`Store::verify_full`].
@@ -161,6 +198,15 @@ pub struct HistoryEntry {
     pub version: Version,
     /// The value, or `None` for a delete.
     pub value: Option<Vec<u8>>,
+}
+
+/// One answer of [`Store::history`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryPage {
+    /// Newest first.
+    pub entries: Vec<HistoryEntry>,
+    /// Set when older entries exist: pass it as `before` to get them.
+    pub next: Option<Version>,
 }
 
 /// Staged changes of the next version: `(tid, path) -> (key, value or None for a delete)`.
@@ -252,6 +298,12 @@ impl Store {
         });
 
         let (roots_log, entries) = RootsLog::open(&dir, flushed)?;
+        // A store written before the tombstone log existed has its table rebuilt from the whole value log: the
+        // groups up to `flushed` only update the table, the later ones are replayed as usual.
+        let (tombstone_log, tombstones, replay_from) = match TombstoneLog::open(&dir, flushed)? {
+            Some((log, table)) => (Some(log), table, replay_from),
+            None => (None, Tombstones::new(), Position::START),
+        };
         let mut tries: BTreeMap<TrieId, TrieState> = BTreeMap::new();
         let mut versions: Vec<Version> = Vec::new();
         for e in &entries {
@@ -284,10 +336,13 @@ impl Store {
             tries,
             versions,
             roots_log,
+            tombstones,
+            tombstone_log,
         };
 
         // Replay the value log's complete commits after the flushed state.
         let mut pending: BTreeMap<TrieId, Vec<Write>> = BTreeMap::new();
+        let mut pending_tombstones: Vec<TombstoneChange> = Vec::new();
         let vdls_opts = VdlsOptions {
             file_bytes: opts.vdls_file_bytes,
             sync: opts.sync,
@@ -312,14 +367,27 @@ impl Store {
                             path,
                             leaf: Some(leaf),
                         });
+                        pending_tombstones.push((*tid, path, None));
                     }
                     Record::Delete { tid, key, .. } => {
                         pending.entry(*tid).or_default().push(Write {
                             path: KeyPath::of(key),
                             leaf: None,
                         });
+                        pending_tombstones.push((*tid, KeyPath::of(key), Some(loc)));
                     }
                     Record::Commit { version, payload } => {
+                        let changes = std::mem::take(&mut pending_tombstones);
+                        if engine.tombstone_log.is_none() {
+                            if flushed.is_some_and(|f| *version <= f) {
+                                // Rebuilding the table: this version's pages and roots are already flushed.
+                                pending.clear();
+                                apply_tombstones(&mut engine.tombstones, None, *version, changes);
+                                return Ok(());
+                            }
+                            engine.tombstone_log =
+                                Some(TombstoneLog::create(&dir, flushed, &engine.tombstones)?);
+                        }
                         let mut writes = std::mem::take(&mut pending);
                         for w in writes.values_mut() {
                             w.sort_by_key(|w| w.path);
@@ -342,7 +410,8 @@ impl Store {
                             format!("commit record for version {version} is not above the previous one"),
                         ));
                         }
-                        let plan = engine.plan(*version, &writes)?;
+                        let mut plan = engine.plan(*version, &writes)?;
+                        plan.tombstones = changes;
                         let expected = engine.payload(&plan);
                         if expected != *payload {
                             return Err(Error::corrupt(
@@ -361,6 +430,9 @@ impl Store {
                 Ok(())
             },
         )?;
+        if engine.tombstone_log.is_none() {
+            engine.tombstone_log = Some(TombstoneLog::create(&dir, flushed, &engine.tombstones)?);
+        }
         let read_pool = rayon::ThreadPoolBuilder::new()
             .num_threads(opts.read_threads.max(1))
             .thread_name(|i| format!("letus-read-{i}"))
@@ -503,9 +575,17 @@ impl Store {
         // Puts in the order their locations were given, then the deletes of keys that existed (deleting an
         // absent key changes nothing and is not logged).
         let mut deletes = Vec::new();
+        let mut tombstones = Vec::new();
         let mut expected = locs.into_iter();
         for ((tid, path), (key, value)) in staged {
-            let prev = prevs.get(&(tid, path)).copied();
+            let mut prev = prevs.get(&(tid, path)).copied();
+            if prev.is_none() && value.is_some() {
+                // A key put again after a delete links to its Delete record, so its history goes on past it.
+                prev = self.engine.tombstones.get(&(tid, path)).copied();
+                if prev.is_some() {
+                    tombstones.push((tid, path, None));
+                }
+            }
             match value {
                 Some(value) => {
                     let loc = self.vdls.append(&Record::Put {
@@ -523,18 +603,26 @@ impl Store {
                         ));
                     }
                 }
-                None if prev.is_some() => deletes.push(Record::Delete {
-                    version,
-                    tid,
-                    key,
-                    prev,
-                }),
+                None if prev.is_some() => deletes.push((
+                    path,
+                    Record::Delete {
+                        version,
+                        tid,
+                        key,
+                        prev,
+                    },
+                )),
                 None => {}
             }
         }
-        for rec in &deletes {
-            self.vdls.append(rec)?;
+        for (path, rec) in &deletes {
+            let loc = self.vdls.append(rec)?;
+            if let Record::Delete { tid, .. } = rec {
+                tombstones.push((*tid, *path, Some(loc)));
+            }
         }
+        let mut plan = plan;
+        plan.tombstones = tombstones;
         let payload = self.engine.payload(&plan);
         let end = self.vdls.commit(version, &payload)?;
         self.engine.apply(plan, end)?;
@@ -882,15 +970,38 @@ impl Store {
         Ok(n)
     }
 
-    /// The versions at which `key` changed (newest first), with its values, walking the value log's back-links
-    /// from the key's leaf at the latest version. At most `limit` entries. A key that is deleted at the latest
-    /// version has no leaf to start from and yields an empty history.
-    pub fn history(&self, tid: TrieId, key: &[u8], limit: usize) -> Result<Vec<HistoryEntry>> {
-        let Some(leaf) = self.engine.latest_leaf(tid, &KeyPath::of(key))? else {
-            return Ok(Vec::new());
+    /// The writes of `key` in trie `tid` (newest first): every Put, and every Delete of the key while it existed,
+    /// walking the value log's back-links from the key's leaf at the latest version, or from its Delete record
+    /// when it is deleted now. A Put of the value the key already had is a write and is listed; a delete of an
+    /// absent key writes nothing and is not.
+    ///
+    /// At most `limit` entries. `before` continues an earlier answer: pass its [`HistoryPage::next`] to get the
+    /// entries older than the last one it returned. Anything else that is not the version of one of the key's
+    /// entries is [`Error::InvalidCursor`].
+    pub fn history(
+        &self,
+        tid: TrieId,
+        key: &[u8],
+        before: Option<Version>,
+        limit: usize,
+    ) -> Result<HistoryPage> {
+        let path = KeyPath::of(key);
+        let start = match before {
+            None => match self.engine.latest_leaf(tid, &path)? {
+                Some(leaf) => Some(leaf.loc),
+                None => self.engine.tombstones.get(&(tid, path)).copied(),
+            },
+            Some(u) => self.history_link_before(tid, key, &path, u)?,
         };
-        let recs = self.vdls.history(leaf.loc, limit)?;
-        let mut out = Vec::with_capacity(recs.len());
+        let Some(start) = start else {
+            return Ok(HistoryPage {
+                entries: Vec::new(),
+                next: None,
+            });
+        };
+        let recs = self.vdls.history(start, limit)?;
+        let more = recs.last().is_some_and(|(_, r)| r.prev().is_some());
+        let mut entries = Vec::with_capacity(recs.len());
         for (loc, rec) in recs {
             match rec {
                 Record::Put {
@@ -898,13 +1009,13 @@ impl Store {
                     key: k,
                     value,
                     ..
-                } if k == key => out.push(HistoryEntry {
+                } if k == key => entries.push(HistoryEntry {
                     version,
                     value: Some(value),
                 }),
                 Record::Delete {
                     version, key: k, ..
-                } if k == key => out.push(HistoryEntry {
+                } if k == key => entries.push(HistoryEntry {
                     version,
                     value: None,
                 }),
@@ -917,7 +1028,47 @@ impl Store {
                 }
             }
         }
-        Ok(out)
+        let next = if more {
+            entries.last().map(|e| e.version)
+        } else {
+            None
+        };
+        Ok(HistoryPage { entries, next })
+    }
+
+    /// The record before `key`'s entry at version `u`, found from the tries (never from anything the caller
+    /// supplies but `u`): a Put at `u` is the leaf at `u` and names its predecessor; a Delete at `u` is the key
+    /// being absent at `u` and present at the commit before, whose leaf is exactly the Delete's predecessor.
+    fn history_link_before(
+        &self,
+        tid: TrieId,
+        key: &[u8],
+        path: &KeyPath,
+        u: Version,
+    ) -> Result<Option<Location>> {
+        let invalid = || Error::InvalidCursor(u);
+        let t = self.engine.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
+        let i = self.engine.exact_index(t, u).map_err(|_| invalid())?;
+        let leaf_at = |v: Version| -> Result<Option<Leaf>> {
+            let root = self.engine.root_page(tid, v)?;
+            trie::get(&self.engine, tid, &root, path)
+        };
+        match leaf_at(u)? {
+            Some(leaf) if leaf.version == u => {
+                let rec = self.vdls.read(leaf.loc)?;
+                let prev = rec.prev();
+                self.check_value(&leaf, rec, Some(key))?;
+                Ok(prev)
+            }
+            Some(_) => Err(invalid()),
+            None => {
+                let before = i.checked_sub(1).ok_or_else(invalid)?;
+                match leaf_at(t.versions[before])? {
+                    Some(leaf) => Ok(Some(leaf.loc)),
+                    None => Err(invalid()),
+                }
+            }
+        }
     }
 
     /// Flushes the MemIndexTable to an index file now (also done automatically when it is full).
@@ -959,6 +1110,11 @@ impl Store {
         self.vdls.disk_bytes()
             + self.engine.files.iter().map(|f| f.size()).sum::<u64>()
             + self.engine.roots_log.disk_bytes()
+            + self
+                .engine
+                .tombstone_log
+                .as_ref()
+                .map_or(0, TombstoneLog::disk_bytes)
     }
 
     /// Drops every cached page and index block (to measure cold reads).
@@ -1170,7 +1326,11 @@ impl Engine {
             };
             tries.push((tid, trie::update(self, tid, root, ws, version)?));
         }
-        Ok(Plan { version, tries })
+        Ok(Plan {
+            version,
+            tries,
+            tombstones: Vec::new(),
+        })
     }
 
     /// The Commit record's payload: every trie's root after the plan. Replay recomputes and compares it.
@@ -1243,7 +1403,16 @@ impl Engine {
             });
         }
         self.versions.push(version);
-        let n = self.roots_log.write()?;
+        let mut n = self.roots_log.write()?;
+        apply_tombstones(
+            &mut self.tombstones,
+            self.tombstone_log.as_mut(),
+            version,
+            plan.tombstones,
+        );
+        if let Some(log) = &mut self.tombstone_log {
+            n += log.write()?;
+        }
         Counters::add(&self.counters.bytes_written, n);
         if self.mem.bytes() >= self.memtable_limit {
             self.flush(end)?;
@@ -1386,7 +1555,10 @@ impl Engine {
         let (Some(min), Some(&max)) = (self.mem_min_version, self.versions.last()) else {
             return Ok(());
         };
-        let n = self.roots_log.sync()?;
+        let mut n = self.roots_log.sync()?;
+        if let Some(log) = &mut self.tombstone_log {
+            n += log.sync_flushed(max)?;
+        }
         Counters::add(&self.counters.bytes_written, n);
         let table = Arc::new(std::mem::take(&mut self.mem));
         self.mem_min_version = None;

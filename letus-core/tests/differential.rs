@@ -13,6 +13,31 @@ use letus_verify::{verify_multi_proof, verify_proof, Claim, Limits, Version};
 
 type Model = BTreeMap<Version, BTreeMap<u32, ReferenceTrie>>;
 
+/// Every write of every key, oldest first: each Put, and each Delete of a key that existed.
+type Writes = BTreeMap<(u32, Vec<u8>), Vec<(Version, Option<Vec<u8>>)>>;
+
+/// The whole history of `k`, read in pages of `page` entries by following `next`: it must be exactly the model's
+/// writes, newest first (every entry there, and nothing else).
+fn check_history(store: &Store, writes: &Writes, tid: u32, k: &[u8], page: usize) {
+    let mut got = Vec::new();
+    let mut before = None;
+    loop {
+        let p = store.history(tid, k, before, page).unwrap();
+        assert!(p.entries.len() <= page);
+        got.extend(p.entries.into_iter().map(|e| (e.version, e.value)));
+        match p.next {
+            Some(n) => before = Some(n),
+            None => break,
+        }
+    }
+    let mut expected = writes.get(&(tid, k.to_vec())).cloned().unwrap_or_default();
+    expected.reverse();
+    assert_eq!(
+        got, expected,
+        "history of {k:?} in trie {tid}, pages of {page}"
+    );
+}
+
 fn check_version(store: &Store, model: &Model, v: Version, rng: &mut Rng, keys: u64) {
     let tries = &model[&v];
     for (&tid, t) in tries {
@@ -54,22 +79,40 @@ fn run(seed: u64, versions: u64, keys: u64, opts: Options) {
     let mut store = Store::open(dir.path(), opts.clone()).unwrap();
     let mut model: Model = BTreeMap::new();
     let mut current: BTreeMap<u32, ReferenceTrie> = BTreeMap::new();
+    let mut writes = Writes::new();
     let mut version = 0u64;
     for step in 0..versions {
         version += 1 + rng.below(3);
         let n = 1 + rng.below(25);
+        let mut staged: BTreeMap<(u32, Vec<u8>), Option<Vec<u8>>> = BTreeMap::new();
         for _ in 0..n {
             let tid = if rng.chance(80) { 0 } else { 1 };
+            // Now and then the value the key already has: a rewrite is a write too.
             let k = key(rng.below(keys));
             if rng.chance(20) {
                 store.delete(tid, &k).unwrap();
-                if let Some(t) = current.get_mut(&tid) {
-                    t.remove(&k);
-                }
+                staged.insert((tid, k), None);
             } else {
-                let val = rng.bytes(40);
+                let val = match current.get(&tid).and_then(|t| t.get(&k)) {
+                    Some(old) if rng.chance(10) => old.to_vec(),
+                    _ => rng.bytes(40),
+                };
                 store.put(tid, &k, &val).unwrap();
-                current.entry(tid).or_default().insert(&k, &val);
+                staged.insert((tid, k), Some(val));
+            }
+        }
+        for ((tid, k), val) in staged {
+            let existed = current.get(&tid).is_some_and(|t| t.get(&k).is_some());
+            match &val {
+                Some(v) => current.entry(tid).or_default().insert(&k, v),
+                None => {
+                    if let Some(t) = current.get_mut(&tid) {
+                        t.remove(&k);
+                    }
+                }
+            }
+            if val.is_some() || existed {
+                writes.entry((tid, k)).or_default().push((version, val));
             }
         }
         let digests = store.commit(version).unwrap();
@@ -91,6 +134,8 @@ fn run(seed: u64, versions: u64, keys: u64, opts: Options) {
             let vs: Vec<Version> = model.keys().copied().collect();
             let v = vs[rng.below(vs.len() as u64) as usize];
             check_version(&store, &model, v, &mut rng, keys);
+            let k = key(rng.below(keys));
+            check_history(&store, &writes, 0, &k, 1 + rng.below(4) as usize);
         }
     }
     // Everything once more after a clean close and reopen, including full verification at old versions.
@@ -113,31 +158,22 @@ fn run(seed: u64, versions: u64, keys: u64, opts: Options) {
             assert_eq!(pairs, expected, "export order and content at v{v}");
         }
     }
-    // History of every key present at the end equals the model's sequence of changes.
-    let last = *model.keys().last().unwrap();
+    // The history of every key, present or deleted now, in both tries: all of its writes, in pages of every size.
     for i in 0..keys {
         let k = key(i);
-        if model[&last].get(&0).and_then(|t| t.get(&k)).is_none() {
-            continue;
+        for tid in [0, 1] {
+            check_history(&store, &writes, tid, &k, 1 + (i % 3) as usize);
         }
-        let hist = store.history(0, &k, usize::MAX).unwrap();
-        assert!(!hist.is_empty(), "a present key has a history");
-        assert_eq!(
-            hist[0].value.as_deref(),
-            model[&last][&0].get(&k),
-            "newest history entry is the current value"
-        );
-        for w in hist.windows(2) {
-            assert!(w[0].version > w[1].version, "history goes back in time");
-        }
-        for h in &hist {
-            let at = model[&h.version].get(&0).and_then(|t| t.get(&k));
-            assert_eq!(
-                at,
-                h.value.as_deref(),
-                "history entry of {k:?} at v{}",
-                h.version
-            );
+        check_history(&store, &writes, 0, &k, 1000);
+    }
+    // A cursor that is not the version of one of the key's entries is refused.
+    if let Some(((tid, k), w)) = writes.iter().find(|(_, w)| w.len() >= 2) {
+        let (v0, v1) = (w[0].0, w[1].0);
+        if let Some(between) = model.keys().copied().find(|v| *v > v0 && *v < v1) {
+            assert!(matches!(
+                store.history(*tid, k, Some(between), 10),
+                Err(letus_core::Error::InvalidCursor(_))
+            ));
         }
     }
 }

@@ -1,0 +1,139 @@
+//! Key history across deletes: every write of a key is listed, through reopens, flushes, a store written before
+//! the tombstone log existed, and a damaged tombstone log.
+
+mod common;
+
+use common::small_options;
+use letus_core::{Error, HistoryEntry, Options, Store};
+
+/// `(version, value or None for a delete)`, newest first.
+type Entries = Vec<(u64, Option<Vec<u8>>)>;
+
+fn entries(store: &Store, key: &[u8]) -> Entries {
+    let p = store.history(0, key, None, 1000).unwrap();
+    assert_eq!(p.next, None);
+    p.entries
+        .into_iter()
+        .map(|HistoryEntry { version, value }| (version, value))
+        .collect()
+}
+
+/// put, put, delete, put, put of `alice` at versions 1..=5 (the sequence of the issue), with other keys around
+/// so that pages are shared and flushed.
+fn build(opts: &Options) -> (tempfile::TempDir, Entries) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path(), opts.clone()).unwrap();
+    let steps: [Option<&[u8]>; 5] = [Some(b"100"), Some(b"90"), None, Some(b"50"), Some(b"50")];
+    for (i, step) in steps.iter().enumerate() {
+        for j in 0..50u32 {
+            s.put(0, format!("other-{j}").as_bytes(), &[i as u8; 8])
+                .unwrap();
+        }
+        match step {
+            Some(v) => s.put(0, b"alice", v).unwrap(),
+            None => s.delete(0, b"alice").unwrap(),
+        }
+        s.commit(i as u64 + 1).unwrap();
+    }
+    // Deleting a key that is already absent writes nothing.
+    s.put(0, b"other-0", b"x").unwrap();
+    s.delete(0, b"bob").unwrap();
+    s.commit(6).unwrap();
+    let expected: Entries = steps
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, v)| (i as u64 + 1, v.map(<[u8]>::to_vec)))
+        .collect();
+    assert_eq!(entries(&s, b"alice"), expected);
+    assert!(entries(&s, b"bob").is_empty());
+    drop(s);
+    (dir, expected)
+}
+
+#[test]
+fn history_goes_on_past_a_delete_and_survives_reopen_and_flush() {
+    let opts = small_options();
+    let (dir, expected) = build(&opts);
+    // Reopened without a flush (replayed from the value log), then flushed and reopened.
+    let mut s = Store::open(dir.path(), opts.clone()).unwrap();
+    assert_eq!(entries(&s, b"alice"), expected);
+    s.flush().unwrap();
+    drop(s);
+    let mut s = Store::open(dir.path(), opts.clone()).unwrap();
+    assert_eq!(entries(&s, b"alice"), expected);
+    // Deleted now: the history starts at the delete.
+    s.delete(0, b"alice").unwrap();
+    s.commit(7).unwrap();
+    s.flush().unwrap();
+    drop(s);
+    let s = Store::open(dir.path(), opts).unwrap();
+    let mut now = vec![(7, None)];
+    now.extend(expected.iter().cloned());
+    assert_eq!(entries(&s, b"alice"), now);
+    // Pages of two, following `next`.
+    let mut got = Vec::new();
+    let mut before = None;
+    loop {
+        let p = s.history(0, b"alice", before, 2).unwrap();
+        got.extend(p.entries.into_iter().map(|e| (e.version, e.value)));
+        match p.next {
+            Some(n) => before = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(got, now);
+    // A cursor that names no entry of the key: a version where alice was unchanged, and one never committed.
+    for bad in [6, 99] {
+        assert!(matches!(
+            s.history(0, b"alice", Some(bad), 2),
+            Err(Error::InvalidCursor(v)) if v == bad
+        ));
+    }
+}
+
+#[test]
+fn a_store_written_without_the_tombstone_log_is_rebuilt_at_open() {
+    let opts = small_options();
+    let (dir, expected) = build(&opts);
+    let mut s = Store::open(dir.path(), opts.clone()).unwrap();
+    s.flush().unwrap();
+    drop(s);
+    // What a store of format 1 looks like: index files, no tombstone log.
+    std::fs::remove_file(dir.path().join("tombstones.log")).unwrap();
+    let s = Store::open(dir.path(), opts.clone()).unwrap();
+    assert_eq!(entries(&s, b"alice"), expected);
+    drop(s);
+    assert!(dir.path().join("tombstones.log").exists());
+    let mut s = Store::open(dir.path(), opts.clone()).unwrap();
+    // The rebuilt table links the next Put after a delete as well.
+    s.delete(0, b"alice").unwrap();
+    s.commit(7).unwrap();
+    s.put(0, b"alice", b"1").unwrap();
+    s.commit(8).unwrap();
+    let got = entries(&s, b"alice");
+    assert_eq!(got.len(), expected.len() + 2);
+    assert_eq!(&got[2..], &expected[..]);
+}
+
+#[test]
+fn a_damaged_durable_tombstone_entry_is_corruption() {
+    let opts = small_options();
+    let (dir, _) = build(&opts);
+    let mut s = Store::open(dir.path(), opts.clone()).unwrap();
+    s.flush().unwrap();
+    drop(s);
+    let path = dir.path().join("tombstones.log");
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert!(
+        bytes.len() > 16 + 65,
+        "the log holds alice's delete and the marker"
+    );
+    bytes[16 + 20] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    match Store::open(dir.path(), opts) {
+        Err(Error::Corrupt { path, .. }) => assert!(path.ends_with("tombstones.log")),
+        Err(e) => panic!("expected corruption, got {e}"),
+        Ok(_) => panic!("a damaged tombstone log was accepted"),
+    }
+}
