@@ -91,6 +91,9 @@ pub struct HistoryRequest {
     /// Most entries returned (default and maximum: 1000).
     #[serde(default)]
     pub limit: Option<usize>,
+    /// The `next` of an earlier answer: continue with the entries older than it.
+    #[serde(default)]
+    pub before: Option<u64>,
 }
 
 /// `POST /v1/tries/{tid}/proofs` request.
@@ -146,6 +149,9 @@ pub struct HistoryResponse {
     pub key: String,
     /// Newest first.
     pub entries: Vec<HistoryItem>,
+    /// Set when older entries exist: pass it as `before` to get them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<u64>,
 }
 
 /// `GET /v1/blocks/{version}`.

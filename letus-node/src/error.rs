@@ -15,6 +15,8 @@ pub enum ApiError {
     BadHex(String),
     /// The body is not the expected JSON, or a parameter is malformed.
     BadRequest(String),
+    /// A history `before` that is not the version of one of the key's entries.
+    InvalidCursor(u64),
     /// The body is larger than the configured limit.
     PayloadTooLarge(usize),
     /// A key or value above the store's limits, or too many keys.
@@ -54,6 +56,7 @@ impl ApiError {
         match self {
             ApiError::BadHex(_) => (StatusCode::BAD_REQUEST, "bad_hex"),
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::InvalidCursor(_) => (StatusCode::BAD_REQUEST, "invalid_cursor"),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
@@ -75,6 +78,9 @@ impl ApiError {
         match self {
             ApiError::BadHex(f) => format!("{f} is not valid hex"),
             ApiError::BadRequest(m) | ApiError::TooLarge(m) => m.clone(),
+            ApiError::InvalidCursor(v) => format!(
+                "before={v} is not the version of an entry in this key's history (pass an answer's `next`)"
+            ),
             ApiError::PayloadTooLarge(limit) => {
                 format!("request body above the limit of {limit} bytes")
             }
@@ -105,6 +111,7 @@ impl From<letus_core::Error> for ApiError {
         match e {
             E::UnknownTrie(t) => ApiError::UnknownTrie(t),
             E::VersionNotFound(v) => ApiError::VersionNotFound(v),
+            E::InvalidCursor(v) => ApiError::InvalidCursor(v),
             E::TooLarge { what, size, limit } => ApiError::TooLarge(format!(
                 "{what} of {size} bytes is above the limit of {limit}"
             )),

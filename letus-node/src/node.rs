@@ -333,6 +333,7 @@ impl Node {
         key_hex: &str,
         proofs: bool,
         limit: Option<usize>,
+        before: Option<Version>,
     ) -> Result<HistoryResponse, ApiError> {
         let key = hex_field(key_hex, "key")?;
         let limit = limit
@@ -342,8 +343,9 @@ impl Node {
         if !store.tries().contains(&tid) {
             return Err(ApiError::UnknownTrie(tid));
         }
+        let page = store.history(tid, &key, before, limit)?;
         let mut entries = Vec::new();
-        for h in store.history(tid, &key, limit)? {
+        for h in page.entries {
             let (proof_hex, digest) = if proofs {
                 let (_, p) = store.get_proof(tid, h.version, &key)?;
                 (Some(hex(&p.encode())), Some(store.digest(tid, h.version)?))
@@ -361,6 +363,7 @@ impl Node {
             tid,
             key: hex(&key),
             entries,
+            next: page.next,
         })
     }
 

@@ -249,6 +249,7 @@ async fn value(
 struct HistoryQuery {
     proofs: Option<String>,
     limit: Option<String>,
+    before: Option<String>,
 }
 
 async fn history(
@@ -276,9 +277,10 @@ async fn history(
                 .map_err(|_| ApiError::BadRequest(format!("limit=`{l}` is not a count")))
         })
         .transpose()?;
+    let before = q.before.as_deref().map(version_param).transpose()?;
     let node = s.node.clone();
     Ok(Json(
-        blocking(move || node.history(tid, &key, proofs, limit)).await?,
+        blocking(move || node.history(tid, &key, proofs, limit, before)).await?,
     ))
 }
 
@@ -319,7 +321,7 @@ async fn history_post(
     let req: HistoryRequest = parse_json(body, s.node.limits.max_body_bytes)?;
     let node = s.node.clone();
     Ok(Json(
-        blocking(move || node.history(tid, &req.key, req.proofs, req.limit)).await?,
+        blocking(move || node.history(tid, &req.key, req.proofs, req.limit, req.before)).await?,
     ))
 }
 

@@ -689,3 +689,102 @@ async fn an_access_list_longer_than_the_block_limit_is_refused() {
     let (s, v, _) = call(&t, "POST", "/v1/blocks", Some(body), Some(TOKEN)).await;
     assert_eq!(s, StatusCode::OK, "{v}");
 }
+
+#[tokio::test]
+async fn history_lists_every_write_across_deletes_and_pages_with_before() {
+    let t = setup(NodeLimits::default());
+    // put, put, delete, put, put (the last one rewrites the same value), then a delete of an absent key.
+    let steps: [Option<&[u8]>; 5] = [Some(b"1"), Some(b"2"), None, Some(b"3"), Some(b"3")];
+    for (i, step) in steps.iter().enumerate() {
+        let (s, v, _) = call(
+            &t,
+            "POST",
+            "/v1/blocks",
+            Some(block(
+                i as u64 + 1,
+                &[(0, b"alice", *step), (0, b"bob", None)],
+            )),
+            Some(TOKEN),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+    let expected: Vec<(u64, Option<String>)> = steps
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, v)| (i as u64 + 1, v.map(hex)))
+        .collect();
+    let entries = |v: &Value| -> Vec<(u64, Option<String>)> {
+        let h: HistoryResponse = serde_json::from_value(v.clone()).unwrap();
+        h.entries
+            .into_iter()
+            .map(|e| (e.version, e.value))
+            .collect()
+    };
+    let (s, v, _) = call(&t, "GET", "/v1/tries/0/keys/616c696365/history", None, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(entries(&v), expected);
+    assert!(v.get("next").is_none(), "{v}");
+    // Pages of two through both routes, following `next`, with proofs that verify (a delete: absence).
+    for post in [false, true] {
+        let mut got = Vec::new();
+        let mut before: Option<u64> = None;
+        loop {
+            let (s, v, _) = if post {
+                let mut body = json!({"key": hex(b"alice"), "limit": 2, "proofs": true});
+                if let Some(b) = before {
+                    body["before"] = json!(b);
+                }
+                call(&t, "POST", "/v1/tries/0/history", Some(body), None).await
+            } else {
+                let q = before.map_or(String::new(), |b| format!("&before={b}"));
+                let uri = format!("/v1/tries/0/keys/616c696365/history?limit=2&proofs=true{q}");
+                call(&t, "GET", &uri, None, None).await
+            };
+            assert_eq!(s, StatusCode::OK, "{v}");
+            let h: HistoryResponse = serde_json::from_value(v.clone()).unwrap();
+            assert!(h.entries.len() <= 2);
+            for e in &h.entries {
+                let p = Proof::decode(
+                    &unhex(e.proof_hex.as_ref().unwrap()).unwrap(),
+                    &Limits::default(),
+                )
+                .unwrap();
+                let val = e.value.as_deref().map(|x| unhex(x).unwrap());
+                let read = verify_proof(
+                    &e.digest.as_ref().unwrap().root,
+                    b"alice",
+                    val.as_deref(),
+                    &p,
+                    &Limits::default(),
+                )
+                .unwrap();
+                assert_eq!(read.value(), val.as_deref());
+            }
+            got.extend(entries(&v));
+            match h.next {
+                Some(n) => before = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(
+            got,
+            expected,
+            "paged through the {} route",
+            if post { "POST" } else { "GET" }
+        );
+    }
+    // bob was only ever deleted while absent: nothing was written.
+    let (_, v, _) = call(&t, "GET", "/v1/tries/0/keys/626f62/history", None, None).await;
+    assert!(entries(&v).is_empty(), "{v}");
+    // A `before` that is no entry of alice's, and one that is no number.
+    for (q, status, c) in [
+        ("before=99", StatusCode::BAD_REQUEST, "invalid_cursor"),
+        ("before=x", StatusCode::BAD_REQUEST, "bad_request"),
+    ] {
+        let uri = format!("/v1/tries/0/keys/626f62/history?{q}");
+        let (s, v, _) = call(&t, "GET", &uri, None, None).await;
+        assert_eq!((s, code(&v)), (status, c), "{q}: {v}");
+    }
+}
