@@ -49,7 +49,7 @@ pub use digest::{Commitment, Digest, DigestChecker, Report, SourceId};
 pub use error::{DecodeError, ExportError, FullVerifyError, HistoryError, ProofError};
 pub use full::FullVerifier;
 pub use hash::{Hash, EMPTY};
-pub use history::{ConsistencyProof, HistoryTree, InclusionProof};
+pub use history::{ConsistencyProof, HistoryTree, HistoryTreeError, InclusionProof};
 pub use limits::Limits;
 pub use path::KeyPath;
 pub use proof::{Proof, Record};
