@@ -65,6 +65,8 @@ pub enum Error {
     Locked(PathBuf),
     /// An earlier I/O failure left the store in a state where it must be reopened.
     Poisoned,
+    /// A history base that cannot be set: the store has commits, or the frontier is malformed.
+    InvalidHistoryBase(String),
     /// A history cursor that is not the version of an entry of that key's history.
     InvalidCursor(Version),
     /// The caller's callback asked to stop (e.g. the client of a streamed export went away).
@@ -125,6 +127,7 @@ impl fmt::Display for Error {
             }
             Error::Locked(p) => write!(f, "{} is in use by another process", p.display()),
             Error::Poisoned => write!(f, "an earlier write failed; reopen the store"),
+            Error::InvalidHistoryBase(why) => write!(f, "invalid history base: {why}"),
             Error::InvalidCursor(v) => write!(
                 f,
                 "cursor {v} is not the version of an entry in this key's history"

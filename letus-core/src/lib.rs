@@ -14,6 +14,7 @@
 
 pub mod error;
 pub mod fsutil;
+pub mod history_base;
 pub mod lsvps;
 pub mod metrics;
 pub mod options;

@@ -26,6 +26,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::fsutil::{lock_dir, sync_dir};
+use crate::history_base::{self, Frontier};
 use crate::lsvps::{
     BlockCache, FileMeta, IndexFile, IndexFileWriter, MemIndexTable, PageId, PageKey, PageKind,
 };
@@ -305,6 +306,18 @@ impl Store {
             None => (None, Tombstones::new(), Position::START),
         };
         let mut tries: BTreeMap<TrieId, TrieState> = BTreeMap::new();
+        for (tid, (size, peaks)) in history_base::read(&dir)? {
+            let history = HistoryTree::from_frontier(size, peaks).map_err(|e| {
+                Error::corrupt(dir.join("history_base"), 0, format!("trie {tid}: {e}"))
+            })?;
+            tries.insert(
+                tid,
+                TrieState {
+                    history,
+                    ..TrieState::default()
+                },
+            );
+        }
         let mut versions: Vec<Version> = Vec::new();
         for e in &entries {
             tries
@@ -801,10 +814,11 @@ impl Store {
         at: Version,
     ) -> Result<InclusionProof> {
         let t = self.engine.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
-        let i = self.engine.exact_index(t, version)?;
-        let n = self.engine.exact_index(t, at)? + 1;
+        let base = t.history.base();
+        let i = base + self.engine.exact_index(t, version)? as u64;
+        let n = base + self.engine.exact_index(t, at)? as u64 + 1;
         t.history
-            .inclusion_proof(i as u64, n as u64)
+            .inclusion_proof(i, n)
             .ok_or(Error::VersionNotFound(version))
     }
 
@@ -816,11 +830,53 @@ impl Store {
         to: Version,
     ) -> Result<ConsistencyProof> {
         let t = self.engine.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
-        let m = self.engine.exact_index(t, from)? + 1;
-        let n = self.engine.exact_index(t, to)? + 1;
+        let base = t.history.base();
+        let m = base + self.engine.exact_index(t, from)? as u64 + 1;
+        let n = base + self.engine.exact_index(t, to)? as u64 + 1;
         t.history
-            .consistency_proof(m as u64, n as u64)
+            .consistency_proof(m, n)
             .ok_or(Error::VersionNotFound(from))
+    }
+
+    /// The frontier of trie `tid`'s history just before its entry at `version` (size and peaks, SPEC.md §8): what
+    /// a store that imports the state of `version` needs ([`Store::set_history_base`]) so that its digests carry
+    /// this store's history commitment.
+    pub fn history_frontier(&self, tid: TrieId, version: Version) -> Result<Frontier> {
+        let t = self.engine.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
+        let i = t.history.base() + self.engine.exact_index(t, version)? as u64;
+        t.history
+            .frontier_at(i)
+            .map_err(|e| Error::InvalidHistoryBase(e.to_string()))
+    }
+
+    /// Makes trie `tid`'s history continue one of `size` entries whose frontier is `peaks` (from
+    /// [`Store::history_frontier`] of the store an export came from): the first commit of this store is then
+    /// entry `size` of that history, and its digests equal the source's. Only on a store with no commit yet;
+    /// durable when it returns.
+    pub fn set_history_base(
+        &mut self,
+        tid: TrieId,
+        size: u64,
+        peaks: Vec<(u32, Hash)>,
+    ) -> Result<()> {
+        if !self.engine.versions.is_empty() {
+            return Err(Error::InvalidHistoryBase(
+                "the store already has commits; a history base is set before the first one".into(),
+            ));
+        }
+        let history = HistoryTree::from_frontier(size, peaks.clone())
+            .map_err(|e| Error::InvalidHistoryBase(e.to_string()))?;
+        let mut base = history_base::read(&self.engine.dir)?;
+        base.insert(tid, (size, peaks));
+        history_base::write(&self.engine.dir, &base)?;
+        self.engine.tries.insert(
+            tid,
+            TrieState {
+                history,
+                ..TrieState::default()
+            },
+        );
+        Ok(())
     }
 
     /// Full verification: reads every value of trie `tid` at `version`, recomputes every node hash up to the root,
@@ -1308,7 +1364,7 @@ impl Engine {
             tid,
             version,
             root: t.roots[i],
-            history_len: i as u64 + 1,
+            history_len: t.history.base() + i as u64 + 1,
             history_root: t.history_roots[i],
         })
     }

@@ -137,3 +137,75 @@ fn a_damaged_durable_tombstone_entry_is_corruption() {
         Ok(_) => panic!("a damaged tombstone log was accepted"),
     }
 }
+
+#[test]
+fn a_store_started_from_an_export_carries_the_source_history_commitment() {
+    let opts = small_options();
+    let src_dir = tempfile::tempdir().unwrap();
+    let mut src = Store::open(src_dir.path(), opts.clone()).unwrap();
+    for v in 1..=7u64 {
+        for j in 0..20u64 {
+            src.put(
+                0,
+                format!("k{}", (v * 7 + j) % 45).as_bytes(),
+                &v.to_le_bytes(),
+            )
+            .unwrap();
+        }
+        src.commit(v * 2).unwrap();
+    }
+    let at = 10; // the fifth commit: the history before it has 4 entries
+    let (size, peaks) = src.history_frontier(0, at).unwrap();
+    assert_eq!(size, 4);
+    let mut pairs = Vec::new();
+    src.for_each_pair(0, at, |k, v| {
+        pairs.push((k.to_vec(), v.to_vec()));
+        Ok(())
+    })
+    .unwrap();
+
+    let dst_dir = tempfile::tempdir().unwrap();
+    let mut dst = Store::open(dst_dir.path(), opts.clone()).unwrap();
+    dst.set_history_base(0, size, peaks.clone()).unwrap();
+    for (k, v) in &pairs {
+        dst.put(0, k, v).unwrap();
+    }
+    dst.commit(at).unwrap();
+    assert_eq!(dst.digest(0, at).unwrap(), src.digest(0, at).unwrap());
+    // A base is set before the first commit only.
+    assert!(matches!(
+        dst.set_history_base(0, size, peaks),
+        Err(Error::InvalidHistoryBase(_))
+    ));
+    // Both reopened, then the source's next blocks (versions 12 and 14) applied to the imported store: equal
+    // digests and history proofs.
+    drop(src);
+    drop(dst);
+    let src = Store::open(src_dir.path(), opts.clone()).unwrap();
+    let mut dst = Store::open(dst_dir.path(), opts.clone()).unwrap();
+    for v in [12u64, 14] {
+        for j in 0..20u64 {
+            dst.put(
+                0,
+                format!("k{}", ((v / 2) * 7 + j) % 45).as_bytes(),
+                &(v / 2).to_le_bytes(),
+            )
+            .unwrap();
+        }
+        dst.commit(v).unwrap();
+        assert_eq!(dst.digest(0, v).unwrap(), src.digest(0, v).unwrap(), "v{v}");
+    }
+    assert_eq!(
+        dst.history_consistency_proof(0, at, 14).unwrap(),
+        src.history_consistency_proof(0, at, 14).unwrap()
+    );
+    assert_eq!(
+        dst.history_inclusion_proof(0, 12, 14).unwrap(),
+        src.history_inclusion_proof(0, 12, 14).unwrap()
+    );
+    drop(dst);
+    let dst = Store::open(dst_dir.path(), opts).unwrap();
+    assert_eq!(dst.digest(0, 14).unwrap(), src.digest(0, 14).unwrap());
+    // Versions before the import are not in this store.
+    assert!(dst.history_inclusion_proof(0, 8, 14).is_err());
+}

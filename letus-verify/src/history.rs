@@ -416,6 +416,30 @@ impl HistoryTree {
         (len, peaks)
     }
 
+    /// The frontier of the history's first `size` entries (what [`frontier`](Self::frontier) returned when the
+    /// tree had `size` entries): for a store exporting the state of an older version together with the history
+    /// commitment that ends at it. Peaks inside a frontier the tree started from are
+    /// [`HistoryTreeError::BeforeFrontier`].
+    pub fn frontier_at(&self, size: u64) -> Result<(u64, Vec<(u32, Hash)>), HistoryTreeError> {
+        let len = self.len();
+        if size > len {
+            return Err(HistoryTreeError::SizeOutOfRange { size, len });
+        }
+        let peaks = (0..64u32)
+            .rev()
+            .filter(|k| size >> k & 1 == 1)
+            .map(|k| {
+                // Peak `k` of a prefix is the aligned perfect subtree ending at `size` with bits below `k` cleared.
+                self.node(k, (size >> k) - 1).map(|h| (k, h)).ok_or(
+                    HistoryTreeError::BeforeFrontier {
+                        frontier: self.base,
+                    },
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((size, peaks))
+    }
+
     /// Number of entries, including those of the frontier the tree started from.
     pub fn len(&self) -> u64 {
         self.levels.first().map_or(self.base, Level::end)
@@ -992,5 +1016,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn frontier_at_every_prefix_restarts_the_same_history() {
+        let leaves: Vec<Hash> = (0..70u8).map(|i| Hash([i; 32])).collect();
+        let mut full = HistoryTree::new();
+        for l in &leaves {
+            full.push(*l);
+        }
+        for m in 0..=leaves.len() as u64 {
+            let (size, peaks) = full.frontier_at(m).unwrap();
+            assert_eq!(size, m);
+            let mut t = HistoryTree::from_frontier(size, peaks).unwrap();
+            assert_eq!(t.root(), full.root_at(m).unwrap(), "prefix {m}");
+            for l in &leaves[m as usize..] {
+                t.push(*l);
+            }
+            assert_eq!(t.root(), full.root(), "prefix {m} continued");
+        }
+        assert!(full.frontier_at(71).is_err());
     }
 }

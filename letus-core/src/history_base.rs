@@ -1,0 +1,120 @@
+//! The history base: for a store that starts from an export of another store's version `V`, the frontier of each
+//! imported trie's history before `V` (its size and the peaks of its perfect subtrees, SPEC.md §8), so that the
+//! store's digests carry the source's history commitment (`history_len`, `history_root`) instead of starting a
+//! new history at 1.
+//!
+//! ## Format
+//! ```text
+//! header (16 bytes): magic "LETUSHBS" | u32 format = 1 | u32 crc32(magic || format)
+//! entry: u32 tid | u64 size | u8 peaks | peaks x (u32 height | hash[32]) | u32 crc32(the entry's bytes before)
+//! ```
+//! Written once, before the store's first commit, under a temporary name that is fsynced and renamed into place
+//! (then the directory is fsynced): a crash leaves either no base or the whole of it.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use letus_verify::{Hash, TrieId};
+
+use crate::error::{Error, Result};
+use crate::fsutil::{crc, create_new, sync_dir};
+
+const MAGIC: &[u8; 8] = b"LETUSHBS";
+const FORMAT: u32 = 1;
+const HEADER_LEN: usize = 16;
+const FILE_NAME: &str = "history_base";
+
+/// One trie's frontier: `(size, peaks (height, hash), largest first)`.
+pub type Frontier = (u64, Vec<(u32, Hash)>);
+
+/// Reads the base of the store in `dir` (empty when the store did not start from an export).
+pub fn read(dir: &Path) -> Result<BTreeMap<TrieId, Frontier>> {
+    let path = dir.join(FILE_NAME);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    let bad = |offset: usize, what: &str| Error::corrupt(&path, offset as u64, what);
+    let header = bytes
+        .get(..HEADER_LEN)
+        .ok_or_else(|| bad(0, "history base header is cut"))?;
+    if &header[..8] != MAGIC {
+        return Err(bad(0, "not a history base (bad magic)"));
+    }
+    let word = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    if word(header, 12) != crc(&header[..12]) {
+        return Err(bad(0, "history base header checksum"));
+    }
+    if word(header, 8) != FORMAT {
+        return Err(Error::UnsupportedFormat {
+            path,
+            found: word(header, 8),
+        });
+    }
+    let mut out = BTreeMap::new();
+    let mut pos = HEADER_LEN;
+    while pos < bytes.len() {
+        let start = pos;
+        let fixed = bytes
+            .get(pos..pos + 13)
+            .ok_or_else(|| bad(start, "history base entry is cut"))?;
+        let tid = word(fixed, 0);
+        let size = u64::from_le_bytes(fixed[4..12].try_into().map_err(|_| bad(start, "entry"))?);
+        let n = usize::from(fixed[12]);
+        let len = 13 + n * 36;
+        let entry = bytes
+            .get(pos..pos + len + 4)
+            .ok_or_else(|| bad(start, "history base entry is cut"))?;
+        if word(entry, len) != crc(&entry[..len]) {
+            return Err(bad(start, "history base entry fails its checksum"));
+        }
+        let peaks = entry[13..len]
+            .chunks_exact(36)
+            .map(|c| {
+                let mut h = [0u8; 32];
+                h.copy_from_slice(&c[4..]);
+                (word(c, 0), Hash(h))
+            })
+            .collect();
+        if out.insert(tid, (size, peaks)).is_some() {
+            return Err(bad(start, "history base names a trie twice"));
+        }
+        pos += len + 4;
+    }
+    Ok(out)
+}
+
+/// Writes the base (see the module's crash argument).
+pub fn write(dir: &Path, base: &BTreeMap<TrieId, Frontier>) -> Result<()> {
+    let path = dir.join(FILE_NAME);
+    let tmp = dir.join(format!("{FILE_NAME}.tmp"));
+    let mut b = Vec::new();
+    b.extend_from_slice(MAGIC);
+    b.extend_from_slice(&FORMAT.to_le_bytes());
+    let c = crc(&b);
+    b.extend_from_slice(&c.to_le_bytes());
+    for (tid, (size, peaks)) in base {
+        let start = b.len();
+        b.extend_from_slice(&tid.to_le_bytes());
+        b.extend_from_slice(&size.to_le_bytes());
+        // At most 64 peaks (one per bit of a u64 size).
+        b.push(u8::try_from(peaks.len()).unwrap_or(u8::MAX));
+        for (h, hash) in peaks {
+            b.extend_from_slice(&h.to_le_bytes());
+            b.extend_from_slice(&hash.0);
+        }
+        let c = crc(&b[start..]);
+        b.extend_from_slice(&c.to_le_bytes());
+    }
+    if tmp.exists() {
+        std::fs::remove_file(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    }
+    let mut f = create_new(&tmp)?;
+    f.write_all(&b)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+    sync_dir(dir)
+}
