@@ -166,6 +166,31 @@ pub struct ExportArgs {
     /// Output file (`-` for stdout).
     #[arg(long, default_value = "-")]
     out: PathBuf,
+    /// Where to write the frontier of the trie's history before the exported version (JSON), which `letus
+    /// import` needs to carry the history commitment (default: OUT.history.json; none when OUT is stdout).
+    #[arg(long)]
+    history_out: Option<PathBuf>,
+}
+
+/// The history frontier file written next to an export: the history of trie `tid` just before `version`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct FrontierFile {
+    tid: u32,
+    version: u64,
+    size: u64,
+    peaks: Vec<FrontierPeak>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct FrontierPeak {
+    height: u32,
+    hash: String,
+}
+
+fn history_file_next_to(export: &std::path::Path) -> PathBuf {
+    let mut name = export.as_os_str().to_owned();
+    name.push(".history.json");
+    PathBuf::from(name)
 }
 
 pub fn export(a: ExportArgs) -> Result<ExitCode, String> {
@@ -204,6 +229,29 @@ pub fn export(a: ExportArgs) -> Result<ExitCode, String> {
         .map_err(|e| e.to_string())?;
     w.write_all(&encode_trailer(n)).map_err(io)?;
     w.flush().map_err(io)?;
+    let history_out = a
+        .history_out
+        .clone()
+        .or_else(|| (a.out.as_os_str() != "-").then(|| history_file_next_to(&a.out)));
+    if let Some(path) = history_out {
+        let (size, peaks) = store
+            .history_frontier(a.tid, version)
+            .map_err(|e| e.to_string())?;
+        let f = FrontierFile {
+            tid: a.tid,
+            version,
+            size,
+            peaks: peaks
+                .into_iter()
+                .map(|(height, h)| FrontierPeak {
+                    height,
+                    hash: h.to_string(),
+                })
+                .collect(),
+        };
+        let json = serde_json::to_string(&f).map_err(|e| e.to_string())?;
+        std::fs::write(&path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     eprintln!(
         "exported {n} pairs of trie {} at version {version}, root {}",
         a.tid, digest.root
@@ -223,6 +271,49 @@ pub struct ImportArgs {
     /// The root you trust for the exported version (default: trust the root written in the export).
     #[arg(long)]
     root: Option<String>,
+    /// The history frontier written by `letus export` (default: FILE.history.json if it exists). With it the new
+    /// store's digests carry the source's history commitment (`history_len`, `history_root`); without it the
+    /// history starts at the imported version.
+    #[arg(long)]
+    history: Option<PathBuf>,
+    /// The `history_root` you trust for the exported version (checked against what the frontier gives).
+    #[arg(long)]
+    history_root: Option<String>,
+}
+
+/// Reads and checks a history frontier file against the export's header.
+fn read_frontier(
+    path: &std::path::Path,
+    tid: u32,
+    version: u64,
+) -> Result<(u64, Vec<(u32, Hash)>), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let f: FrontierFile = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a history frontier: {e}", path.display()))?;
+    if (f.tid, f.version) != (tid, version) {
+        return Err(format!(
+            "{} is the history of trie {} before version {}, the export is trie {tid} at version {version}",
+            path.display(),
+            f.tid,
+            f.version
+        ));
+    }
+    let peaks = f
+        .peaks
+        .iter()
+        .map(|p| {
+            Hash::from_hex(&p.hash)
+                .map(|h| (p.height, h))
+                .ok_or_else(|| {
+                    format!(
+                        "{}: peak hash `{}` is not 64 hex digits",
+                        path.display(),
+                        p.hash
+                    )
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((f.size, peaks))
 }
 
 /// Reads `(key, value)` records of an export that was already verified.
@@ -269,8 +360,31 @@ pub fn import(a: ImportArgs) -> Result<ExitCode, String> {
     if a.data.join("state").exists() {
         return Err(format!("{} already holds a store", a.data.display()));
     }
+    let history_path = a.history.clone().or_else(|| {
+        let p = history_file_next_to(&a.file);
+        p.exists().then_some(p)
+    });
+    let frontier = history_path
+        .as_deref()
+        .map(|p| read_frontier(p, header.tid, header.version))
+        .transpose()?;
+    let trusted_history = a
+        .history_root
+        .as_deref()
+        .map(|r| {
+            Hash::from_hex(r).ok_or_else(|| format!("--history-root `{r}` is not 64 hex digits"))
+        })
+        .transpose()?;
+    if trusted_history.is_some() && frontier.is_none() {
+        return Err("--history-root needs the history frontier (--history FILE)".into());
+    }
     let mut store =
         Store::open(a.data.join("state"), Options::default()).map_err(|e| e.to_string())?;
+    if let Some((size, peaks)) = frontier {
+        store
+            .set_history_base(header.tid, size, peaks)
+            .map_err(|e| e.to_string())?;
+    }
     for (k, v) in records(&bytes) {
         store.put(header.tid, k, v).map_err(|e| e.to_string())?;
     }
@@ -284,7 +398,35 @@ pub fn import(a: ImportArgs) -> Result<ExitCode, String> {
             "imported state has root {root}, expected {trusted}"
         ));
     }
+    let digest = store
+        .digest(header.tid, header.version)
+        .map_err(|e| e.to_string())?;
+    if let Some(h) = trusted_history {
+        if digest.history_root != h {
+            return Err(format!(
+                "the history frontier gives history_root {}, expected {h}",
+                digest.history_root
+            ));
+        }
+    }
     store.close().map_err(|e| e.to_string())?;
+    match (&history_path, trusted_history) {
+        (Some(p), Some(_)) => println!(
+            "history: {} entries, history_root {} from {}, verified against --history-root",
+            digest.history_len,
+            digest.history_root,
+            p.display()
+        ),
+        (Some(p), None) => println!(
+            "history: {} entries, history_root {} from {} (compare it with the source's digest, or pass --history-root)",
+            digest.history_len,
+            digest.history_root,
+            p.display()
+        ),
+        (None, _) => println!(
+            "history: no history frontier given, so the history starts here (history_len 1) and digests differ from the source's"
+        ),
+    }
     if trusted_given {
         println!(
             "imported {} pairs of trie {} at version {}; root {root} verified against --root",

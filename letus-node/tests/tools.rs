@@ -145,3 +145,93 @@ fn import_without_root_does_not_say_verified() {
     assert!(out.status.success());
     assert!(text(&out.stdout).contains("verified against --root"));
 }
+
+#[path = "common/mod.rs"]
+mod common;
+
+/// An honest import carries the source's history commitment: `letus digest` over the source node and the node
+/// started from the export finds them in agreement (before, it reported a fork: `history_len` 1 on the import).
+/// Without the history frontier the import's history restarts, and digest says so (exit 1).
+#[test]
+fn an_imported_node_has_the_digests_of_its_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let root = store(&src);
+    let file = dir.path().join("t.export");
+    let out = letus(&["export", "--out", file.to_str().unwrap()], &src);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let frontier = dir.path().join("t.export.history.json");
+    assert!(
+        frontier.exists(),
+        "export writes the history frontier next to the export"
+    );
+    let import = |target: &str, extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_letus"));
+        c.args(["import", "--root", &root, "--file"])
+            .arg(&file)
+            .args(extra)
+            .arg("--data")
+            .arg(dir.path().join(target));
+        c.output().unwrap()
+    };
+    let out = import("dst", &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("history: 3 entries"),
+        "{}",
+        text(&out.stdout)
+    );
+    // A --history-root that is not what the frontier gives is refused.
+    let wrong = "00".repeat(32);
+    let out = import("wrong", &["--history-root", &wrong]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("history_root"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let digest = |urls: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_letus"));
+        c.arg("digest");
+        for u in urls {
+            c.args(["--url", u]);
+        }
+        c.output().unwrap()
+    };
+    let (mut a, url_a) = common::serve(&src, "t");
+    let (mut b, url_b) = common::serve(&dir.path().join("dst"), "t");
+    let out = digest(&[&url_a, &url_b]);
+    let said = text(&out.stdout);
+    // The digest of the source is also what the import's history proofs continue from.
+    let check = Command::new(env!("CARGO_BIN_EXE_letus"))
+        .args(["digest", "--url", &url_b, "--version", "3"])
+        .output()
+        .unwrap();
+    b.kill().unwrap();
+    b.wait().unwrap();
+    assert!(
+        out.status.success(),
+        "digest of source and import: {said}{}",
+        text(&out.stderr)
+    );
+    assert!(!said.contains("fork"), "{said}");
+    assert!(
+        text(&check.stdout).contains("\"history_len\":3"),
+        "{}",
+        text(&check.stdout)
+    );
+
+    // Without the frontier: a new history, which digest reports.
+    std::fs::remove_file(&frontier).unwrap();
+    let out = import("restarted", &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("history starts here"));
+    let (mut c, url_c) = common::serve(&dir.path().join("restarted"), "t");
+    let out = digest(&[&url_a, &url_c]);
+    c.kill().unwrap();
+    c.wait().unwrap();
+    a.kill().unwrap();
+    a.wait().unwrap();
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+}
