@@ -17,6 +17,9 @@ use letus_core::Store;
 use letus_verify::reference::ReferenceTrie;
 use letus_verify::Hash;
 
+/// `(version, value or None for a delete)` of one key.
+type Entries = Vec<(u64, Option<Vec<u8>>)>;
+
 /// The writes of version `v`: deterministic, so the parent can rebuild the expected state.
 fn writes(v: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     let mut rng = Rng::new(v);
@@ -64,6 +67,8 @@ fn sigkill_during_commits_loses_nothing_acknowledged() {
     let mut rng = Rng::new(0xC0FFEE);
     let mut acked: BTreeMap<u64, Hash> = BTreeMap::new();
     let mut model = ReferenceTrie::new();
+    // Every write of every key, oldest first (each Put; each Delete of a key that existed).
+    let mut history: BTreeMap<Vec<u8>, Entries> = BTreeMap::new();
     let mut modelled_up_to = 0u64;
     for round in 0..rounds {
         let mut child = Command::new(&exe)
@@ -120,12 +125,32 @@ fn sigkill_during_commits_loses_nothing_acknowledged() {
         );
         while modelled_up_to < latest {
             modelled_up_to += 1;
-            for (k, val) in writes(modelled_up_to) {
-                match val {
-                    Some(val) => model.insert(&k, &val),
+            // A version writes each key once: its last staged write.
+            let last: BTreeMap<Vec<u8>, Option<Vec<u8>>> =
+                writes(modelled_up_to).into_iter().collect();
+            for (k, val) in last {
+                let existed = model.get(&k).is_some();
+                match &val {
+                    Some(val) => model.insert(&k, val),
                     None => model.remove(&k),
                 }
+                if val.is_some() || existed {
+                    history.entry(k).or_default().push((modelled_up_to, val));
+                }
             }
+        }
+        // Key histories, deletes included, are complete after the kill (the tombstone log is recovered too).
+        for _ in 0..20 {
+            let k = key(rng.below(3_000));
+            let page = store.history(0, &k, None, usize::MAX).unwrap();
+            let got: Entries = page
+                .entries
+                .into_iter()
+                .map(|e| (e.version, e.value))
+                .collect();
+            let mut expected = history.get(&k).cloned().unwrap_or_default();
+            expected.reverse();
+            assert_eq!(got, expected, "round {round}: history of {k:?}");
         }
         assert_eq!(
             store.digest(0, latest).unwrap().root,
