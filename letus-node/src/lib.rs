@@ -9,3 +9,6 @@ pub mod metrics;
 pub mod node;
 pub mod server;
 pub mod wire;
+
+#[cfg(test)]
+mod panic_tests;

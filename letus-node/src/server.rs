@@ -38,7 +38,7 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// The routes, without the layers [`with_layers`] puts around them.
-fn routes(state: &AppState) -> Router<AppState> {
+pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     let mut router = Router::new();
     for (prefix, dir) in &state.static_dirs {
         router = router.nest_service(prefix, tower_http::services::ServeDir::new(dir));
@@ -70,7 +70,7 @@ fn routes(state: &AppState) -> Router<AppState> {
 
 /// What every request goes through, innermost first: the body limit and deadline, a panic turned into that
 /// request's `500 internal` (the connection and the node go on), and the metrics, which count that 500 too.
-fn with_layers(router: Router<AppState>, state: AppState) -> Router {
+pub(crate) fn with_layers(router: Router<AppState>, state: AppState) -> Router {
     let limit = state.node.limits.max_body_bytes;
     router
         .layer(DefaultBodyLimit::max(limit))
