@@ -3,7 +3,7 @@
 //! holds a half-sent body ends the node within its shutdown deadline and loses nothing acknowledged; a body that
 //! does not arrive in time is a 408, a head that does not arrive closes the connection; an export whose client
 //! stops reading is dropped after the idle timeout, releasing the store's read lock and its stream permit, and
-//! past the stream limit an export is a 503 with a stable code.
+//! past the stream limit an export is a 503 with a stable code. A zero timeout or stream limit is refused at start.
 //!
 //! The deadlines below are generous bounds on "finishes", far below what the node would take without the limit
 //! under test (which is for ever, or the 600 s body timeout set where it matters); nothing here times anything.
@@ -488,4 +488,33 @@ async fn slow_heads_and_bodies_time_out_and_shutdown_drops_what_is_left_at_its_d
         .expect("serve returns after its shutdown deadline")
         .unwrap();
     assert_eq!(report, ShutdownReport { dropped: 1 });
+}
+
+#[test]
+fn a_zero_timeout_or_stream_limit_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("letus.toml");
+    std::fs::write(&config, "shutdown_timeout_secs = 0\n").unwrap();
+    let letus = env!("CARGO_BIN_EXE_letus");
+    for (args, named) in [
+        (vec!["--max-streams", "0"], "max_streams"),
+        (vec!["--body-timeout-secs", "0"], "body_timeout_secs"),
+        (
+            vec!["--config", config.to_str().unwrap()],
+            "shutdown_timeout_secs",
+        ),
+    ] {
+        let out = Command::new(letus)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(dir.path().join("data"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("{named} must be at least 1")),
+            "{args:?}: {err}"
+        );
+    }
 }
