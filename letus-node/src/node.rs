@@ -81,7 +81,8 @@ pub(crate) enum WriteStage {
     Commit,
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
+/// The message a panic was raised with.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
     p.downcast_ref::<&str>()
         .copied()
         .or_else(|| p.downcast_ref::<String>().map(String::as_str))

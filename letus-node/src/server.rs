@@ -77,11 +77,7 @@ pub(crate) fn with_layers(router: Router<AppState>, state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), body_deadline))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             |panic: Box<dyn std::any::Any + Send>| {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .copied()
-                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                    .unwrap_or("(no message)");
+                let what = crate::node::panic_message(&*panic);
                 ApiError::Internal(format!("a handler panicked: {what}")).into_response()
             },
         ))
