@@ -102,6 +102,11 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
         token: None,
         max_body_bytes: None,
         memory_budget_bytes: None,
+        header_timeout_secs: None,
+        body_timeout_secs: None,
+        stream_idle_timeout_secs: None,
+        max_streams: None,
+        shutdown_timeout_secs: None,
         static_dirs,
     };
     let cfg = args.resolve()?;

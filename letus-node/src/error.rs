@@ -44,6 +44,10 @@ pub enum ApiError {
         /// What is expected.
         expected: u64,
     },
+    /// The request body did not fully arrive within the body timeout.
+    BodyTimeout(std::time::Duration),
+    /// As many streams (exports) as the node allows are running; the limit is given.
+    TooManyStreams(usize),
     /// The store refuses writes after an I/O failure; restart the node.
     Unavailable(String),
     /// Anything else (I/O, corruption): logged, reported without details that could leak paths.
@@ -69,6 +73,8 @@ impl ApiError {
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "version_conflict"),
             ApiError::NotNext { .. } => (StatusCode::CONFLICT, "version_not_next"),
+            ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
+            ApiError::TooManyStreams(_) => (StatusCode::SERVICE_UNAVAILABLE, "too_many_streams"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -98,6 +104,12 @@ impl ApiError {
             }
             ApiError::NotNext { got, expected } => {
                 format!("version {got} is not the next version {expected}")
+            }
+            ApiError::BodyTimeout(limit) => {
+                format!("the request body did not arrive within {limit:?} of its headers")
+            }
+            ApiError::TooManyStreams(n) => {
+                format!("{n} streams are running, the most this node serves at once; retry later")
             }
             ApiError::Unavailable(m) => format!("the store refuses writes until restarted: {m}"),
             ApiError::Internal(_) => "internal error (see the node's log)".into(),
@@ -133,7 +145,13 @@ impl IntoResponse for ApiError {
                 message: self.message(),
             },
         };
-        (status, Json(body)).into_response()
+        let mut res = (status, Json(body)).into_response();
+        if let ApiError::TooManyStreams(_) = self {
+            // A stream ends within the idle timeout of its client's last read, or when it is done.
+            res.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, 1.into());
+        }
+        res
     }
 }
 

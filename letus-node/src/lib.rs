@@ -4,7 +4,11 @@
 pub mod api;
 pub mod blockstore;
 pub mod error;
+pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod server;
 pub mod wire;
+
+#[cfg(test)]
+mod panic_tests;

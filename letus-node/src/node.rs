@@ -1,8 +1,10 @@
 //! The node: one letus store and one block store, and the operations the HTTP API exposes, as plain blocking
 //! functions (the server runs them on tokio's blocking pool).
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+use std::time::Duration;
 
 use letus_core::{Options, Store};
 use letus_verify::hex::encode as hex;
@@ -23,6 +25,11 @@ pub struct NodeLimits {
     pub max_block_writes: usize,
     /// Most history entries returned.
     pub max_history: usize,
+    /// A request body must have fully arrived this long after its head (`408 body_timeout` otherwise).
+    pub body_timeout: Duration,
+    /// Most streams (exports) served at once; past it `503 too_many_streams`. Each holds a blocking thread and
+    /// the store's read lock while its client reads.
+    pub max_streams: usize,
 }
 
 impl Default for NodeLimits {
@@ -32,6 +39,8 @@ impl Default for NodeLimits {
             max_proof_keys: 1_000,
             max_block_writes: 100_000,
             max_history: 1_000,
+            body_timeout: Duration::from_secs(60),
+            max_streams: 8,
         }
     }
 }
@@ -44,10 +53,40 @@ pub struct Node {
     pub token: String,
     /// Request limits.
     pub limits: NodeLimits,
+    /// Permits for the streams running now, `limits.max_streams` in all.
+    pub(crate) streams: Arc<tokio::sync::Semaphore>,
+    /// Set when a panic left a write half-done in a state the node cannot repair in place (inside the block
+    /// append or the commit): writes are refused (`503 unavailable`) until a restart recovers from disk, and the
+    /// store is not flushed at shutdown. Reads go on.
+    wedged: OnceLock<String>,
+    /// Test-only: the write stage at which `write_block` panics.
+    #[cfg(test)]
+    pub(crate) panic_at: Mutex<Option<WriteStage>>,
 }
 
+/// The store's lock is only ever poisoned by a panic outside `write_block` (which catches its own, see there):
+/// there is none, so this answers what cannot happen with a 500 rather than a panic.
 fn lock_err<T>(_: T) -> ApiError {
     ApiError::Internal("a lock was poisoned by a panic".into())
+}
+
+/// Where a write was when it panicked: what is half-done, and so what the node can undo.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriteStage {
+    /// Checking the version, prefetching and staging: nothing outside the staged set changed yet.
+    Staging,
+    /// Appending the raw block: the block store's file may hold part of it.
+    Block,
+    /// Inside the state commit: the engine's memory may be half-updated.
+    Commit,
+}
+
+/// The message a panic was raised with.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// A write with its hex decoded: `(tid, key, value or None for a delete)`.
@@ -102,12 +141,46 @@ impl Node {
             store: RwLock::new(store),
             blocks: Mutex::new(blocks),
             token,
+            streams: Arc::new(tokio::sync::Semaphore::new(limits.max_streams)),
             limits,
+            wedged: OnceLock::new(),
+            #[cfg(test)]
+            panic_at: Mutex::new(None),
         })
     }
 
-    /// Flushes and closes the store (graceful shutdown).
+    /// The block store. A panic under this lock poisons it; it comes from an append (a read changes nothing), and
+    /// `write_block` then refuses writes until restart, so the lock is taken over as it is: the blocks before the
+    /// half-done append are intact, and open() drops whatever follows the state's latest version.
+    fn blocks(&self) -> MutexGuard<'_, BlockStore> {
+        self.blocks.lock().unwrap_or_else(|e| {
+            self.blocks.clear_poison();
+            e.into_inner()
+        })
+    }
+
+    /// Test-only fault injection: panics if a test asked for a panic at `stage`.
+    #[cfg(test)]
+    fn fail_point(&self, stage: WriteStage) {
+        let mut at = self.panic_at.lock().unwrap();
+        if *at == Some(stage) {
+            *at = None;
+            drop(at);
+            panic!("injected panic at {stage:?}");
+        }
+    }
+
+    #[cfg(not(test))]
+    #[inline(always)]
+    fn fail_point(&self, _: WriteStage) {}
+
+    /// Flushes and closes the store (graceful shutdown). A node whose writes were wedged by a panic is closed
+    /// without a flush, as after a crash: the next open recovers from what is durable.
     pub fn close(self) -> Result<(), letus_core::Error> {
+        if let Some(why) = self.wedged.get() {
+            tracing::warn!(%why, "closing without a flush");
+            return Ok(());
+        }
         let store = self
             .store
             .into_inner()
@@ -155,43 +228,93 @@ impl Node {
         let fingerprint = request_hash(req.version, &writes, &block);
 
         let mut store = self.store.write().map_err(lock_err)?;
+        // Checked under the lock: a writer that waited for it behind the one that wedged the node sees it.
+        if let Some(why) = self.wedged.get() {
+            return Err(ApiError::Unavailable(why.clone()));
+        }
+        let version = req.version;
+        let mut stage = WriteStage::Staging;
+        // A panic is caught here, while the write guard is still alive, so the store's lock is never poisoned; what
+        // it left half-done is undone below, or, where the node cannot know what it left, writes stop.
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            self.write_locked(
+                &mut store,
+                &mut stage,
+                version,
+                &writes,
+                &block,
+                &access,
+                fingerprint,
+            )
+        }));
+        match r {
+            Ok(r) => r,
+            Err(panic) => {
+                let what = panic_message(&*panic).to_string();
+                tracing::error!(version, ?stage, panic = %what, "a block write panicked");
+                if stage == WriteStage::Staging {
+                    // Only the staged set changed: the same state as a write refused before its block.
+                    store.discard_staged();
+                } else {
+                    let _ = self.wedged.set(format!(
+                        "a panic left the write of version {version} half-done ({stage:?})"
+                    ));
+                }
+                Err(ApiError::Internal(format!(
+                    "the write of version {version} panicked: {what}"
+                )))
+            }
+        }
+    }
+
+    /// The part of [`Node::write_block`] under the store's write lock; `stage` tracks what may be half-done.
+    #[allow(clippy::too_many_arguments)]
+    fn write_locked(
+        &self,
+        store: &mut Store,
+        stage: &mut WriteStage,
+        req_version: Version,
+        writes: &[DecodedWrite],
+        block: &[u8],
+        access: &[(u32, Vec<u8>)],
+        fingerprint: [u8; 32],
+    ) -> Result<DigestsResponse, ApiError> {
         let latest = store.latest_version();
         if let Some(latest) = latest {
             // The version after the last one; none after u64::MAX (a chain may start there, then it is full).
             let not_next = || match latest.checked_add(1) {
                 Some(expected) => ApiError::NotNext {
-                    got: req.version,
+                    got: req_version,
                     expected,
                 },
                 None => ApiError::BadRequest(format!(
                     "the last version is {latest}: no version can follow it"
                 )),
             };
-            if req.version <= latest {
-                let blocks = self.blocks.lock().map_err(lock_err)?;
-                let stored = blocks.get(req.version)?;
+            if req_version <= latest {
+                let stored = self.blocks().get(req_version)?;
                 return match stored {
                     Some(b) if b.request_hash == fingerprint => Ok(DigestsResponse {
-                        version: req.version,
-                        digests: digests_at(&store, req.version)?,
+                        version: req_version,
+                        digests: digests_at(store, req_version)?,
                     }),
-                    Some(_) => Err(ApiError::Conflict(req.version)),
-                    None if store.versions().binary_search(&req.version).is_ok() => {
-                        Err(ApiError::Conflict(req.version))
+                    Some(_) => Err(ApiError::Conflict(req_version)),
+                    None if store.versions().binary_search(&req_version).is_ok() => {
+                        Err(ApiError::Conflict(req_version))
                     }
                     None => Err(not_next()),
                 };
             }
-            if latest.checked_add(1) != Some(req.version) {
+            if latest.checked_add(1) != Some(req_version) {
                 return Err(not_next());
             }
-        } else if req.version == 0 {
+        } else if req_version == 0 {
             return Err(ApiError::BadRequest("versions start at 1".into()));
         }
         // Prefetch the access list: pages and values load in parallel, so applying the writes finds them cached.
         if let Some(v) = latest {
             let mut by_tid: std::collections::BTreeMap<u32, Vec<&[u8]>> = Default::default();
-            for (tid, k) in &access {
+            for (tid, k) in access {
                 by_tid.entry(*tid).or_default().push(k);
             }
             for (tid, keys) in by_tid {
@@ -201,23 +324,28 @@ impl Node {
                 }
             }
         }
-        for (tid, k, v) in &writes {
+        for (tid, k, v) in writes {
             match v {
                 Some(v) => store.put(*tid, k, v),
                 None => store.delete(*tid, k),
             }
             .inspect_err(|_| store.discard_staged())?;
         }
+        self.fail_point(WriteStage::Staging);
         // The block first (fsynced), then the state commit: a crash in between leaves a block that open() drops.
+        *stage = WriteStage::Block;
         {
-            let mut blocks = self.blocks.lock().map_err(lock_err)?;
+            let mut blocks = self.blocks();
+            self.fail_point(WriteStage::Block);
             blocks
-                .append(req.version, fingerprint, &block)
+                .append(req_version, fingerprint, block)
                 .inspect_err(|_| store.discard_staged())?;
         }
-        match store.commit(req.version) {
+        *stage = WriteStage::Commit;
+        self.fail_point(WriteStage::Commit);
+        match store.commit(req_version) {
             Ok(digests) => Ok(DigestsResponse {
-                version: req.version,
+                version: req_version,
                 digests,
             }),
             Err(e) => {
@@ -226,9 +354,7 @@ impl Node {
                 // state has that version and drops it otherwise (removing it here made a durable version
                 // impossible to resubmit or to serve as a block).
                 if !store.is_poisoned() {
-                    if let Ok(mut blocks) = self.blocks.lock() {
-                        let _ = blocks.truncate_after(latest.unwrap_or(0));
-                    }
+                    let _ = self.blocks().truncate_after(latest.unwrap_or(0));
                 }
                 Err(e.into())
             }
@@ -369,8 +495,7 @@ impl Node {
 
     /// The stored raw block.
     pub fn block(&self, version: Version) -> Result<BlockResponse, ApiError> {
-        let blocks = self.blocks.lock().map_err(lock_err)?;
-        match blocks.get(version)? {
+        match self.blocks().get(version)? {
             Some(b) => Ok(BlockResponse {
                 version,
                 block: hex(&b.block),
@@ -473,7 +598,7 @@ impl Node {
         &self,
     ) -> Result<(letus_core::metrics::Snapshot, u64, u64, Option<Version>), ApiError> {
         let store = self.store.read().map_err(lock_err)?;
-        let blocks = self.blocks.lock().map_err(lock_err)?;
+        let blocks = self.blocks();
         Ok((
             store.metrics(),
             store.disk_bytes(),

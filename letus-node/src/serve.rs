@@ -7,16 +7,19 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use letus_core::Options;
+use std::time::Duration;
+
+use letus_node::http::ServerSettings;
 use letus_node::metrics::Metrics;
 use letus_node::node::{Node, NodeLimits};
 use letus_node::server::{app, AppState};
-use letus_node::wire::JsonErrorListener;
 use serde::Deserialize;
 
 /// Options of `letus serve`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
-    /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_proof_keys).
+    /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_proof_keys,
+    /// header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams, shutdown_timeout_secs).
     #[arg(long, env = "LETUS_CONFIG")]
     pub config: Option<PathBuf>,
     /// Data directory.
@@ -35,6 +38,24 @@ pub struct ServeArgs {
     /// default 2 GiB). The state may be far larger: what does not fit is read back from disk.
     #[arg(long, env = "LETUS_MEMORY_BUDGET_BYTES")]
     pub memory_budget_bytes: Option<u64>,
+    /// Seconds a client has to send a request's head (request line and headers); also the longest an idle
+    /// keep-alive connection stays open (default 10).
+    #[arg(long, env = "LETUS_HEADER_TIMEOUT_SECS")]
+    pub header_timeout_secs: Option<u64>,
+    /// Seconds a request body has to arrive in full after its head, else `408 body_timeout` (default 60).
+    #[arg(long, env = "LETUS_BODY_TIMEOUT_SECS")]
+    pub body_timeout_secs: Option<u64>,
+    /// Seconds a response (an export stream above all) may wait for its client to read before the connection
+    /// is dropped, releasing what the stream held (default 30).
+    #[arg(long, env = "LETUS_STREAM_IDLE_TIMEOUT_SECS")]
+    pub stream_idle_timeout_secs: Option<u64>,
+    /// Most export streams served at once; past it `503 too_many_streams` (default 8).
+    #[arg(long, env = "LETUS_MAX_STREAMS")]
+    pub max_streams: Option<usize>,
+    /// Seconds the node waits at shutdown for requests in progress before dropping their connections
+    /// (default 10).
+    #[arg(long, env = "LETUS_SHUTDOWN_TIMEOUT_SECS")]
+    pub shutdown_timeout_secs: Option<u64>,
     /// Serve a directory of static files under a URL prefix, as `PREFIX=DIR` (repeatable), e.g.
     /// `--static /wallet=examples/wallet --static /js=js`.
     #[arg(long = "static", value_name = "PREFIX=DIR")]
@@ -50,6 +71,19 @@ struct FileConfig {
     max_body_bytes: Option<usize>,
     memory_budget_bytes: Option<u64>,
     max_proof_keys: Option<usize>,
+    header_timeout_secs: Option<u64>,
+    body_timeout_secs: Option<u64>,
+    stream_idle_timeout_secs: Option<u64>,
+    max_streams: Option<usize>,
+    shutdown_timeout_secs: Option<u64>,
+}
+
+/// A number of seconds or streams that must be at least 1: a zero would refuse every request or stream.
+fn positive<T: PartialEq + From<u8>>(name: &str, v: Option<T>) -> Result<Option<T>, String> {
+    match v {
+        Some(x) if x == T::from(0) => Err(format!("{name} must be at least 1")),
+        other => Ok(other),
+    }
 }
 
 /// The resolved configuration.
@@ -59,6 +93,7 @@ pub struct Config {
     pub listen: SocketAddr,
     pub token: Option<String>,
     pub limits: NodeLimits,
+    pub server: ServerSettings,
     pub options: Options,
 }
 
@@ -84,6 +119,41 @@ impl ServeArgs {
         }
         if let Some(k) = file.max_proof_keys {
             limits.max_proof_keys = k;
+        }
+        let secs = |name: &str, flag: Option<u64>, file: Option<u64>| {
+            positive(name, flag.or(file)).map(|s| s.map(Duration::from_secs))
+        };
+        if let Some(d) = secs(
+            "body_timeout_secs",
+            self.body_timeout_secs,
+            file.body_timeout_secs,
+        )? {
+            limits.body_timeout = d;
+        }
+        if let Some(n) = positive("max_streams", self.max_streams.or(file.max_streams))? {
+            limits.max_streams = n;
+        }
+        let mut server = ServerSettings::default();
+        if let Some(d) = secs(
+            "header_timeout_secs",
+            self.header_timeout_secs,
+            file.header_timeout_secs,
+        )? {
+            server.header_timeout = d;
+        }
+        if let Some(d) = secs(
+            "stream_idle_timeout_secs",
+            self.stream_idle_timeout_secs,
+            file.stream_idle_timeout_secs,
+        )? {
+            server.stream_idle_timeout = d;
+        }
+        if let Some(d) = secs(
+            "shutdown_timeout_secs",
+            self.shutdown_timeout_secs,
+            file.shutdown_timeout_secs,
+        )? {
+            server.shutdown_timeout = d;
         }
         let mut options = Options::default();
         if let Some(c) = self.memory_budget_bytes.or(file.memory_budget_bytes) {
@@ -113,6 +183,7 @@ impl ServeArgs {
                 .map_err(|e| format!("listen address `{listen}`: {e}"))?,
             token: self.token.clone().or(file.token),
             limits,
+            server,
             options,
         })
     }
@@ -183,13 +254,14 @@ pub fn serve_until(
             .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         ready(addr, &tok, generated);
-        axum::serve(JsonErrorListener(listener), app(state))
-            .with_graceful_shutdown(async move {
-                tokio::select! { _ = shutdown_signal() => {}, _ = stop => {} }
-            })
-            .await
-            .map_err(|e| e.to_string())
+        letus_node::http::serve(listener, app(state), cfg.server.clone(), async move {
+            tokio::select! { _ = shutdown_signal() => {}, _ = stop => {} }
+        })
+        .await;
+        Ok::<(), String>(())
     })?;
+    // Waits for blocking work still running (a commit whose connection was dropped at the deadline finishes; an
+    // export's walk ends at its next chunk, its receiver gone).
     drop(rt);
     // Every acknowledged block is already durable; closing flushes the page index so the next start is quick.
     match Arc::try_unwrap(node) {

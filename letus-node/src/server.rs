@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -34,7 +34,11 @@ pub const OPENAPI: &str = include_str!("../openapi.json");
 
 /// The API router.
 pub fn app(state: AppState) -> Router {
-    let limit = state.node.limits.max_body_bytes;
+    with_layers(routes(&state), state)
+}
+
+/// The routes, without the layers [`with_layers`] puts around them.
+pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     let mut router = Router::new();
     for (prefix, dir) in &state.static_dirs {
         router = router.nest_service(prefix, tower_http::services::ServeDir::new(dir));
@@ -62,9 +66,30 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/tries/{tid}/export", get(export))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+}
+
+/// What every request goes through, innermost first: the body limit and deadline, a panic turned into that
+/// request's `500 internal` (the connection and the node go on), and the metrics, which count that 500 too.
+pub(crate) fn with_layers(router: Router<AppState>, state: AppState) -> Router {
+    let limit = state.node.limits.max_body_bytes;
+    router
         .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(state.clone(), body_deadline))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            |panic: Box<dyn std::any::Any + Send>| {
+                let what = crate::node::panic_message(&*panic);
+                ApiError::Internal(format!("a handler panicked: {what}")).into_response()
+            },
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), track))
         .with_state(state)
+}
+
+/// Gives every request body the deadline `limits.body_timeout` from now (its head has just been read).
+async fn body_deadline(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let limit = s.node.limits.body_timeout;
+    next.run(req.map(|b| Body::new(crate::http::DeadlineBody::new(b, limit))))
+        .await
 }
 
 /// Counts requests and their latency per route.
@@ -94,7 +119,9 @@ fn parse_json<T: for<'de> Deserialize<'de>>(
     limit: usize,
 ) -> Result<T, ApiError> {
     let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        if let Some(t) = crate::http::is_body_timeout(&e) {
+            ApiError::BodyTimeout(t.0)
+        } else if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge(limit)
         } else {
             ApiError::BadRequest(e.body_text())
@@ -142,12 +169,14 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
 
 async fn write_block(
     State(s): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    req: Request,
 ) -> Result<Json<DigestsResponse>, ApiError> {
-    if !authorized(&headers, &s.node.token) {
+    // The token before any byte of the body: a client without it gets its 401 while its body is still unread
+    // (hyper then closes the connection rather than read the rest), so it cannot make the node buffer anything.
+    if !authorized(req.headers(), &s.node.token) {
         return Err(ApiError::Unauthorized);
     }
+    let body = Bytes::from_request(req, &s).await;
     let req: BlockRequest = parse_json(body, s.node.limits.max_body_bytes)?;
     let node = s.node.clone();
     let started = Instant::now();
@@ -353,6 +382,14 @@ async fn export(
     let tid = tid_param(&path(p)?)?;
     let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let v = q.get()?;
+    // A stream holds a blocking thread and the store's read lock until its client has read it (or stalled for
+    // the idle timeout, which drops the connection): their number is bounded.
+    let permit = s
+        .node
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::TooManyStreams(s.node.limits.max_streams))?;
     // Check the request before the 200 goes out: afterwards an error can only cut the stream short.
     {
         let node = s.node.clone();
@@ -370,6 +407,8 @@ async fn export(
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
     let node = s.node.clone();
     tokio::task::spawn_blocking(move || {
+        // Released when the walk ends: done, failed, or cut off because the body (the receiver) was dropped.
+        let _permit = permit;
         let tx2 = tx.clone();
         if let Err(e) = node.export(tid, v, |chunk| tx2.blocking_send(Ok(chunk)).is_ok()) {
             let _ = tx.blocking_send(Err(std::io::Error::other(format!("{e:?}"))));

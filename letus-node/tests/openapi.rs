@@ -410,6 +410,59 @@ async fn every_documented_status_of_every_route_is_produced() {
         "no path in the answer"
     );
 
+    // Bodies that never finish arriving: 408 `body_timeout` on every route that reads one, once the deadline
+    // set at the request's head has passed; and with no stream permits, an export is 503 `too_many_streams`.
+    let (_d2, slow) = setup(NodeLimits {
+        body_timeout: std::time::Duration::from_millis(300),
+        max_streams: 0,
+        ..NodeLimits::default()
+    });
+    let (s, _) = send(
+        &slow,
+        "POST",
+        "/v1/blocks",
+        Some(blocks[0].to_string().into_bytes()),
+        true,
+    )
+    .await;
+    assert_eq!(s, 200);
+    for uri in [
+        "/v1/blocks",
+        "/v1/tries/0/value",
+        "/v1/tries/0/history",
+        "/v1/tries/0/proofs",
+    ] {
+        let stalled = tokio_stream::StreamExt::chain(
+            tokio_stream::iter([Ok::<_, std::io::Error>(b"{\"version\": ".to_vec())]),
+            tokio_stream::pending(),
+        );
+        let req = Request::post(uri)
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .body(Body::from_stream(stalled))
+            .unwrap();
+        let res = slow.clone().oneshot(req).await.unwrap();
+        let status = res.status().as_u16();
+        let v: Value =
+            serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (408, Some("body_timeout")),
+            "{uri}"
+        );
+        produced.insert((
+            "post".into(),
+            template(&templates, uri).unwrap().to_string(),
+            408,
+        ));
+    }
+    produced.extend(
+        run(
+            slow.clone(),
+            vec![case("GET", "/v1/tries/0/export", 503, "too_many_streams")],
+        )
+        .await,
+    );
+
     for p in &produced {
         assert!(
             documented.contains(p),

@@ -8,6 +8,11 @@ use std::process::{Child, Command, Stdio};
 /// `letus serve` on a free port of 127.0.0.1 over the store in `data`, with write token `token`: the running child
 /// and the URL it listens on (named in the first line it prints).
 pub fn serve(data: &Path, token: &str) -> (Child, String) {
+    serve_with(data, token, &[])
+}
+
+/// [`serve`] with more flags.
+pub fn serve_with(data: &Path, token: &str, flags: &[&str]) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_letus"))
         .args([
             "serve",
@@ -18,6 +23,7 @@ pub fn serve(data: &Path, token: &str) -> (Child, String) {
             "--data",
         ])
         .arg(data)
+        .args(flags)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
