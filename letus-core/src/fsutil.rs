@@ -73,3 +73,44 @@ pub fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> R
 pub fn crc(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes)
 }
+
+/// Length of the header of the engine's small logs (roots log, tombstone log, history base).
+pub const LOG_HEADER_LEN: usize = 16;
+
+/// The header of a small log: `magic[8] | u32 format | u32 crc32(magic || format)`.
+pub fn log_header(magic: &[u8; 8], format: u32) -> [u8; LOG_HEADER_LEN] {
+    let mut h = [0u8; LOG_HEADER_LEN];
+    h[..8].copy_from_slice(magic);
+    h[8..12].copy_from_slice(&format.to_le_bytes());
+    let c = crc(&h[..12]);
+    h[12..].copy_from_slice(&c.to_le_bytes());
+    h
+}
+
+/// Checks the header at the start of `bytes` (the whole file `path`, a `what`): magic, checksum, then format
+/// (a format this build does not know is [`Error::UnsupportedFormat`], not corruption).
+pub fn check_log_header(
+    path: &Path,
+    bytes: &[u8],
+    magic: &[u8; 8],
+    format: u32,
+    what: &str,
+) -> Result<()> {
+    let h = bytes
+        .get(..LOG_HEADER_LEN)
+        .ok_or_else(|| Error::corrupt(path, 0, format!("{what} header is cut")))?;
+    if &h[..8] != magic {
+        return Err(Error::corrupt(path, 0, format!("not a {what} (bad magic)")));
+    }
+    let word = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+    if word(12) != crc(&h[..12]) {
+        return Err(Error::corrupt(path, 0, format!("{what} header checksum")));
+    }
+    if word(8) != format {
+        return Err(Error::UnsupportedFormat {
+            path: path.to_path_buf(),
+            found: word(8),
+        });
+    }
+    Ok(())
+}

@@ -18,11 +18,11 @@ use std::path::Path;
 use letus_verify::{Hash, TrieId};
 
 use crate::error::{Error, Result};
-use crate::fsutil::{crc, create_new, sync_dir};
+use crate::fsutil::{check_log_header, crc, create_new, log_header, sync_dir, LOG_HEADER_LEN};
 
 const MAGIC: &[u8; 8] = b"LETUSHBS";
 const FORMAT: u32 = 1;
-const HEADER_LEN: usize = 16;
+const HEADER_LEN: usize = LOG_HEADER_LEN;
 const FILE_NAME: &str = "history_base";
 
 /// One trie's frontier: `(size, peaks (height, hash), largest first)`.
@@ -37,22 +37,8 @@ pub fn read(dir: &Path) -> Result<BTreeMap<TrieId, Frontier>> {
         Err(e) => return Err(Error::io(&path, e)),
     };
     let bad = |offset: usize, what: &str| Error::corrupt(&path, offset as u64, what);
-    let header = bytes
-        .get(..HEADER_LEN)
-        .ok_or_else(|| bad(0, "history base header is cut"))?;
-    if &header[..8] != MAGIC {
-        return Err(bad(0, "not a history base (bad magic)"));
-    }
+    check_log_header(&path, &bytes, MAGIC, FORMAT, "history base")?;
     let word = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    if word(header, 12) != crc(&header[..12]) {
-        return Err(bad(0, "history base header checksum"));
-    }
-    if word(header, 8) != FORMAT {
-        return Err(Error::UnsupportedFormat {
-            path,
-            found: word(header, 8),
-        });
-    }
     let mut out = BTreeMap::new();
     let mut pos = HEADER_LEN;
     while pos < bytes.len() {
@@ -90,11 +76,7 @@ pub fn read(dir: &Path) -> Result<BTreeMap<TrieId, Frontier>> {
 pub fn write(dir: &Path, base: &BTreeMap<TrieId, Frontier>) -> Result<()> {
     let path = dir.join(FILE_NAME);
     let tmp = dir.join(format!("{FILE_NAME}.tmp"));
-    let mut b = Vec::new();
-    b.extend_from_slice(MAGIC);
-    b.extend_from_slice(&FORMAT.to_le_bytes());
-    let c = crc(&b);
-    b.extend_from_slice(&c.to_le_bytes());
+    let mut b = log_header(MAGIC, FORMAT).to_vec();
     for (tid, (size, peaks)) in base {
         let start = b.len();
         b.extend_from_slice(&tid.to_le_bytes());

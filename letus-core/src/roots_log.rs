@@ -18,11 +18,13 @@ use std::path::{Path, PathBuf};
 use letus_verify::{Hash, TrieId, Version};
 
 use crate::error::{Error, Result};
-use crate::fsutil::{crc, create_new, open_rw, sync_dir};
+use crate::fsutil::{
+    check_log_header, crc, create_new, log_header, open_rw, sync_dir, LOG_HEADER_LEN,
+};
 
 const MAGIC: &[u8; 8] = b"LETUSRTS";
 const FORMAT: u32 = 1;
-const HEADER_LEN: u64 = 16;
+const HEADER_LEN: u64 = LOG_HEADER_LEN as u64;
 const ENTRY_LEN: usize = 56;
 
 /// One entry.
@@ -52,11 +54,7 @@ impl RootsLog {
         let path = dir.join("roots.log");
         if !path.exists() {
             let mut f = create_new(&path)?;
-            let mut h = Vec::with_capacity(HEADER_LEN as usize);
-            h.extend_from_slice(MAGIC);
-            h.extend_from_slice(&FORMAT.to_le_bytes());
-            h.extend_from_slice(&crc(&h).to_le_bytes());
-            f.write_all(&h)
+            f.write_all(&log_header(MAGIC, FORMAT))
                 .and_then(|()| f.sync_all())
                 .map_err(|e| Error::io(&path, e))?;
             sync_dir(dir)?;
@@ -65,31 +63,7 @@ impl RootsLog {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| Error::io(&path, e))?;
-        let header = bytes
-            .get(..HEADER_LEN as usize)
-            .ok_or_else(|| Error::corrupt(&path, 0, "roots log header is cut"))?;
-        if header.get(..8) != Some(MAGIC.as_slice()) {
-            return Err(Error::corrupt(&path, 0, "not a roots log (bad magic)"));
-        }
-        let format = u32::from_le_bytes(
-            header[8..12]
-                .try_into()
-                .map_err(|_| Error::corrupt(&path, 8, "header"))?,
-        );
-        let stored = u32::from_le_bytes(
-            header[12..16]
-                .try_into()
-                .map_err(|_| Error::corrupt(&path, 12, "header"))?,
-        );
-        if stored != crc(&header[..12]) {
-            return Err(Error::corrupt(&path, 0, "roots log header checksum"));
-        }
-        if format != FORMAT {
-            return Err(Error::UnsupportedFormat {
-                path,
-                found: format,
-            });
-        }
+        check_log_header(&path, &bytes, MAGIC, FORMAT, "roots log")?;
         let mut entries = Vec::new();
         let mut end = HEADER_LEN;
         for (i, e) in bytes[HEADER_LEN as usize..].chunks(ENTRY_LEN).enumerate() {

@@ -26,12 +26,14 @@ use std::path::{Path, PathBuf};
 use letus_verify::{KeyPath, TrieId, Version};
 
 use crate::error::{Error, Result};
-use crate::fsutil::{crc, create_new, open_rw, sync_dir};
+use crate::fsutil::{
+    check_log_header, crc, create_new, log_header, open_rw, sync_dir, LOG_HEADER_LEN,
+};
 use crate::vdls::Location;
 
 const MAGIC: &[u8; 8] = b"LETUSTMB";
 const FORMAT: u32 = 1;
-const HEADER_LEN: u64 = 16;
+const HEADER_LEN: u64 = LOG_HEADER_LEN as u64;
 const ENTRY_LEN: usize = 65;
 const FILE_NAME: &str = "tombstones.log";
 
@@ -74,24 +76,7 @@ impl TombstoneLog {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| Error::io(&path, e))?;
-        let header = bytes
-            .get(..HEADER_LEN as usize)
-            .ok_or_else(|| Error::corrupt(&path, 0, "tombstone log header is cut"))?;
-        if header.get(..8) != Some(MAGIC.as_slice()) {
-            return Err(Error::corrupt(&path, 0, "not a tombstone log (bad magic)"));
-        }
-        let word = |at: usize| {
-            u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
-        };
-        if word(12) != crc(&header[..12]) {
-            return Err(Error::corrupt(&path, 0, "tombstone log header checksum"));
-        }
-        if word(8) != FORMAT {
-            return Err(Error::UnsupportedFormat {
-                path,
-                found: word(8),
-            });
-        }
+        check_log_header(&path, &bytes, MAGIC, FORMAT, "tombstone log")?;
         let mut log = TombstoneLog {
             path,
             file,
@@ -165,10 +150,7 @@ impl TombstoneLog {
             file,
             buf: Vec::with_capacity(HEADER_LEN as usize + table.len() * ENTRY_LEN),
         };
-        log.buf.extend_from_slice(MAGIC);
-        log.buf.extend_from_slice(&FORMAT.to_le_bytes());
-        let c = crc(&log.buf);
-        log.buf.extend_from_slice(&c.to_le_bytes());
+        log.buf.extend_from_slice(&log_header(MAGIC, FORMAT));
         let v = flushed.unwrap_or(0);
         for ((tid, p), loc) in table {
             log.set(v, *tid, p, *loc);
