@@ -29,4 +29,4 @@ pub use error::{Error, Result};
 pub use letus_verify as verify;
 pub use letus_verify::{Digest, Hash, Proof, TrieId, Version};
 pub use options::{MemorySplit, Options};
-pub use store::{FullVerification, HistoryEntry, HistoryPage, MemoryUse, Store};
+pub use store::{FullVerification, HistoryEntry, HistoryPage, MemoryUse, Reader, Snapshot, Store};

@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use letus_verify::hash::{leaf_hash, value_hash};
@@ -30,13 +30,13 @@ use crate::history_base::{self, Frontier};
 use crate::lsvps::{
     BlockCache, FileMeta, IndexFile, IndexFileWriter, MemIndexTable, PageId, PageKey, PageKind,
 };
-use crate::metrics::{Counters, Snapshot};
+use crate::metrics::{self, Counters};
 use crate::options::Options;
 use crate::roots_log::{RootEntry, RootsLog};
 use crate::tombstones::{TombstoneLog, Tombstones};
 use crate::trie::page::{self, Child, Head, Page, Record as PageRecord, Root};
 use crate::trie::{self, Cell, Leaf, PageSource, PageWrite, Updated, Write};
-use crate::vdls::{put_record_len, Location, Position, Record, Vdls, VdlsOptions};
+use crate::vdls::{put_record_len, Location, Position, Record, Vdls, VdlsOptions, VdlsReader};
 
 /// One trie's history: its root and root-page version after every commit since it was created.
 #[derive(Default)]
@@ -214,15 +214,177 @@ pub struct HistoryPage {
 type Staged = BTreeMap<(TrieId, KeyPath), (Vec<u8>, Option<Vec<u8>>)>;
 
 /// A letus store: several tries, every version kept, durable commits.
+///
+/// One writer (`&mut Store`: staging and commits) and any number of readers: the store's own `&self` methods, and
+/// [`Snapshot`]s ([`Store::snapshot`], [`Reader`]) that other threads hold while commits go on. A commit computes
+/// its trie update and writes and fsyncs its value-log group while readers read; it takes the engine exclusively
+/// only to publish the result (page records, caches, roots), which is memory work.
 pub struct Store {
-    engine: Engine,
+    shared: Arc<Shared>,
+    dir: PathBuf,
+    counters: Arc<Counters>,
     vdls: Vdls,
     staged: Staged,
     poisoned: bool,
-    /// The pool `get_many` issues its reads on (see [`Options::read_threads`]).
-    read_pool: rayon::ThreadPool,
     _lock: File,
 }
+
+/// The part of a store that readers share with the writer.
+struct Shared {
+    engine: RwLock<Engine>,
+    vdls: VdlsReader,
+    /// The pool `get_many` issues its reads on (see [`Options::read_threads`]).
+    read_pool: rayon::ThreadPool,
+}
+
+impl Shared {
+    /// The engine for reading. A panic while the writer held the lock leaves it poisoned; readers go on reading
+    /// what was published (the writer refuses further commits, see [`Store::commit`]).
+    fn engine(&self) -> RwLockReadGuard<'_, Engine> {
+        self.engine.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn view<R>(&self, pinned: Option<Option<Version>>, f: impl FnOnce(&View<'_>) -> R) -> R {
+        let e = self.engine();
+        let latest = pinned.unwrap_or_else(|| e.versions.last().copied());
+        f(&View {
+            engine: &e,
+            vdls: &self.vdls,
+            read_pool: &self.read_pool,
+            latest,
+        })
+    }
+}
+
+/// A read-only view of a store pinned to one committed version: every read sees the state of that version (or
+/// an older one it names) however many commits happen meanwhile. Cheap to take and to clone, `Send + Sync`; it
+/// never waits for a commit's trie update or fsync, or for an index flush, only (for a moment) for a commit to
+/// publish its pages. Long walks ([`Snapshot::for_each_pair`]) release the engine between chunks.
+#[derive(Clone)]
+pub struct Snapshot {
+    shared: Arc<Shared>,
+    version: Option<Version>,
+}
+
+/// A handle that takes [`Snapshot`]s of a store's latest version from any thread, without access to the
+/// [`Store`] (which the writer owns).
+#[derive(Clone)]
+pub struct Reader {
+    shared: Arc<Shared>,
+}
+
+impl Reader {
+    /// A snapshot of the latest committed version.
+    pub fn snapshot(&self) -> Snapshot {
+        let version = self.shared.engine().versions.last().copied();
+        Snapshot {
+            shared: self.shared.clone(),
+            version,
+        }
+    }
+}
+
+/// The read API, the same on [`Store`] (latest version) and [`Snapshot`] (its version).
+macro_rules! reads {
+    ($($(#[$m:meta])* fn $name:ident(&self $(, $arg:ident : $ty:ty)*) -> $ret:ty;)*) => {
+        $( $(#[$m])* pub fn $name(&self $(, $arg: $ty)*) -> $ret { self.view(|v| v.$name($($arg),*)) } )*
+    };
+}
+
+macro_rules! read_api {
+    () => {
+        reads! {
+            /// The last committed version (of a snapshot: its version).
+            fn latest_version(&self) -> Option<Version>;
+            /// Whether `version` was committed (and, for a snapshot, is not above its version).
+            fn has_version(&self, version: Version) -> bool;
+            /// Every committed version, oldest first.
+            fn versions(&self) -> Vec<Version>;
+            /// The tries that exist at the latest version.
+            fn tries(&self) -> Vec<TrieId>;
+            /// The value of `key` in trie `tid` as of `version` (the newest commit at or below it).
+            fn get(&self, tid: TrieId, version: Version, key: &[u8]) -> Result<Option<Vec<u8>>>;
+            /// The value of `key` at the latest version.
+            fn get_latest(&self, tid: TrieId, key: &[u8]) -> Result<Option<Vec<u8>>>;
+            /// The values of many keys (a block's access list) at `version`, loading pages and values in parallel.
+            fn get_many(&self, tid: TrieId, version: Version, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>>;
+            /// The value of `key` at `version` and its inclusion or exclusion proof (SPEC.md §5).
+            fn get_proof(&self, tid: TrieId, version: Version, key: &[u8]) -> Result<(Option<Vec<u8>>, Proof)>;
+            /// The values of `keys` at `version` and one multi-proof for all of them.
+            fn get_multi_proof(&self, tid: TrieId, version: Version, keys: &[&[u8]]) -> Result<(Vec<Option<Vec<u8>>>, Proof)>;
+            /// The digest of trie `tid` at exactly the committed `version`.
+            fn digest(&self, tid: TrieId, version: Version) -> Result<Digest>;
+            /// Digests of every trie at the latest version.
+            fn latest_digests(&self) -> Result<Vec<Digest>>;
+            /// Proof that trie `tid`'s entry at `version` is in its history as of `at` (SPEC.md §8.2).
+            fn history_inclusion_proof(&self, tid: TrieId, version: Version, at: Version) -> Result<InclusionProof>;
+            /// Proof that trie `tid`'s history at `from` is a prefix of its history at `to` (SPEC.md §8.3).
+            fn history_consistency_proof(&self, tid: TrieId, from: Version, to: Version) -> Result<ConsistencyProof>;
+            /// The frontier of trie `tid`'s history just before its entry at `version` (size and peaks, SPEC.md
+            /// §8): what a store that imports the state of `version` needs ([`Store::set_history_base`]) so that
+            /// its digests carry this store's history commitment.
+            fn history_frontier(&self, tid: TrieId, version: Version) -> Result<Frontier>;
+            /// Full verification: reads every value of trie `tid` at `version`, recomputes every node hash up to
+            /// the root, checks every stored page hash on the way, and compares the root with `comm`. The first
+            /// mismatch is reported as an error naming where it is.
+            fn verify_full(&self, tid: TrieId, version: Version, comm: &Hash) -> Result<FullVerification>;
+            /// `verify_full`, calling `progress` with the number of keys verified so far (every 4096 keys and at
+            /// the end).
+            fn verify_full_with_progress(&self, tid: TrieId, version: Version, comm: &Hash, progress: &mut dyn FnMut(u64)) -> Result<FullVerification>;
+            /// The writes of `key` in trie `tid` (newest first): every Put, and every Delete of the key while it
+            /// existed, walking the value log's back-links from the key's leaf at the latest version, or from its
+            /// Delete record when it is deleted now. A Put of the value the key already had is a write and is
+            /// listed; a delete of an absent key writes nothing and is not.
+            ///
+            /// At most `limit` entries. `before` continues an earlier answer: pass its [`HistoryPage::next`] to get
+            /// the entries older than the last one it returned. Anything else that is not the version of one of the
+            /// key's entries is [`Error::InvalidCursor`].
+            fn history(&self, tid: TrieId, key: &[u8], before: Option<Version>, limit: usize) -> Result<HistoryPage>;
+        }
+    };
+}
+
+impl Snapshot {
+    read_api!();
+
+    fn view<R>(&self, f: impl FnOnce(&View<'_>) -> R) -> R {
+        self.shared.view(Some(self.version), f)
+    }
+
+    /// The version this snapshot reads (`None` for a store that had no commit).
+    pub fn version(&self) -> Option<Version> {
+        self.version
+    }
+
+    /// Every `(key, value)` of trie `tid` at `version` in path order; returns the count. The engine is held only
+    /// while a chunk of pairs is read, never while `f` runs: a slow consumer (a client reading an export) does
+    /// not hold up commits.
+    pub fn for_each_pair(
+        &self,
+        tid: TrieId,
+        version: Version,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<u64> {
+        let mut after: Option<KeyPath> = None;
+        let mut n = 0u64;
+        loop {
+            let chunk =
+                self.view(|v| v.pairs_after(tid, version, after.as_ref(), PAIRS_PER_CHUNK))?;
+            let done = chunk.len() < PAIRS_PER_CHUNK;
+            for (k, val) in &chunk {
+                f(k, val)?;
+            }
+            n += chunk.len() as u64;
+            match chunk.last() {
+                Some((k, _)) if !done => after = Some(KeyPath::of(k)),
+                _ => return Ok(n),
+            }
+        }
+    }
+}
+
+/// Pairs a snapshot's walk reads per hold of the engine.
+const PAIRS_PER_CHUNK: usize = 1024;
 
 const LOCK_FILE: &str = "LOCK";
 
@@ -452,13 +614,51 @@ impl Store {
             .build()
             .map_err(|e| Error::io(&dir, std::io::Error::other(e)))?;
         Ok(Store {
-            read_pool,
-            engine,
+            dir: engine.dir.clone(),
+            counters: engine.counters.clone(),
+            shared: Arc::new(Shared {
+                engine: RwLock::new(engine),
+                vdls: vdls.reader().clone(),
+                read_pool,
+            }),
             vdls,
             staged: BTreeMap::new(),
             poisoned: false,
             _lock: lock,
         })
+    }
+
+    read_api!();
+
+    fn view<R>(&self, f: impl FnOnce(&View<'_>) -> R) -> R {
+        self.shared.view(None, f)
+    }
+
+    /// A snapshot of the latest committed version, for reads on other threads while this store commits.
+    pub fn snapshot(&self) -> Snapshot {
+        self.reader().snapshot()
+    }
+
+    /// A handle that takes snapshots from any thread.
+    pub fn reader(&self) -> Reader {
+        Reader {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Every `(key, value)` of trie `tid` at `version`, in path order; returns the count.
+    pub fn for_each_pair(
+        &self,
+        tid: TrieId,
+        version: Version,
+        f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<u64> {
+        self.view(|v| v.for_each_pair(tid, version, f))
+    }
+
+    /// The engine for the writer: a panic in an earlier publish poisoned it, and the store must be reopened.
+    fn engine_mut(&self) -> Result<RwLockWriteGuard<'_, Engine>> {
+        self.shared.engine.write().map_err(|_| Error::Poisoned)
     }
 
     /// Stages `key = value` in trie `tid` for the next commit.
@@ -498,7 +698,8 @@ impl Store {
     }
 
     fn check_sizes(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
-        let o = &self.engine.opts;
+        let e = self.shared.engine();
+        let o = &e.opts;
         if key.len() > o.max_key_bytes {
             return Err(Error::TooLarge {
                 what: "key",
@@ -524,7 +725,7 @@ impl Store {
         if self.poisoned {
             return Err(Error::Poisoned);
         }
-        if let Some(&last) = self.engine.versions.last() {
+        if let Some(last) = self.latest_version() {
             if version <= last {
                 return Err(Error::VersionNotIncreasing {
                     requested: version,
@@ -543,10 +744,10 @@ impl Store {
             self.poisoned = true;
         }
         let digests = result?;
-        Counters::add(&self.engine.counters.commits, 1);
-        Counters::add(&self.engine.counters.updates, updates);
+        Counters::add(&self.counters.commits, 1);
+        Counters::add(&self.counters.updates, updates);
         Counters::add(
-            &self.engine.counters.commit_micros,
+            &self.counters.commit_micros,
             started.elapsed().as_micros() as u64,
         );
         Ok(digests)
@@ -561,43 +762,57 @@ impl Store {
             .filter_map(|(_, (k, v))| v.as_ref().map(|v| put_record_len(k.len(), v.len())))
             .collect();
         let locs = self.vdls.next_locations(&put_lens)?;
-        let mut next_loc = locs.iter();
-        let mut writes: BTreeMap<TrieId, Vec<Write>> = BTreeMap::new();
-        for ((tid, path), (_, value)) in &staged {
-            let leaf = match value {
-                Some(v) => {
-                    let loc = *next_loc.next().ok_or_else(|| {
-                        Error::corrupt(self.engine.dir.join("vdls"), 0, "too few locations")
-                    })?;
-                    Some(Leaf::new(*path, value_hash(v), version, loc))
+        let shared = self.shared.clone();
+        // The trie update is computed while readers read (the engine is only read here; nothing else writes it:
+        // this store is the one writer).
+        let (mut plan, prevs, payload, dir) = {
+            let engine = shared.engine();
+            let dir = engine.dir.clone();
+            let mut next_loc = locs.iter();
+            let mut writes: BTreeMap<TrieId, Vec<Write>> = BTreeMap::new();
+            for ((tid, path), (_, value)) in &staged {
+                let leaf = match value {
+                    Some(v) => {
+                        let loc = *next_loc.next().ok_or_else(|| {
+                            Error::corrupt(dir.join("vdls"), 0, "too few locations")
+                        })?;
+                        Some(Leaf::new(*path, value_hash(v), version, loc))
+                    }
+                    // Deleting in a trie that does not exist changes nothing (and must not create the trie).
+                    None if !engine.tries.contains_key(tid) => continue,
+                    None => None,
+                };
+                writes
+                    .entry(*tid)
+                    .or_default()
+                    .push(Write { path: *path, leaf });
+            }
+            let plan = engine.plan(version, &writes)?;
+            let mut prevs: HashMap<(TrieId, KeyPath), (Location, bool)> = HashMap::new();
+            for (tid, u) in &plan.tries {
+                prevs.extend(u.prevs.iter().map(|(p, l)| ((*tid, *p), (*l, false))));
+            }
+            // A key put again after a delete links to its Delete record, so its history goes on past it.
+            for ((tid, path), (_, value)) in &staged {
+                if value.is_some() && !prevs.contains_key(&(*tid, *path)) {
+                    if let Some(l) = engine.tombstones.get(&(*tid, *path)) {
+                        prevs.insert((*tid, *path), (*l, true));
+                    }
                 }
-                // Deleting in a trie that does not exist changes nothing (and must not create the trie).
-                None if !self.engine.tries.contains_key(tid) => continue,
-                None => None,
-            };
-            writes
-                .entry(*tid)
-                .or_default()
-                .push(Write { path: *path, leaf });
-        }
-        let plan = self.engine.plan(version, &writes)?;
-        let mut prevs: HashMap<(TrieId, KeyPath), Location> = HashMap::new();
-        for (tid, u) in &plan.tries {
-            prevs.extend(u.prevs.iter().map(|(p, l)| ((*tid, *p), *l)));
-        }
+            }
+            let payload = engine.payload(&plan);
+            (plan, prevs, payload, dir)
+        };
         // Puts in the order their locations were given, then the deletes of keys that existed (deleting an
         // absent key changes nothing and is not logged).
         let mut deletes = Vec::new();
         let mut tombstones = Vec::new();
         let mut expected = locs.into_iter();
         for ((tid, path), (key, value)) in staged {
-            let mut prev = prevs.get(&(tid, path)).copied();
-            if prev.is_none() && value.is_some() {
-                // A key put again after a delete links to its Delete record, so its history goes on past it.
-                prev = self.engine.tombstones.get(&(tid, path)).copied();
-                if prev.is_some() {
-                    tombstones.push((tid, path, None));
-                }
+            let link = prevs.get(&(tid, path)).copied();
+            let prev = link.map(|(l, _)| l);
+            if value.is_some() && link.is_some_and(|(_, from_tombstone)| from_tombstone) {
+                tombstones.push((tid, path, None));
             }
             match value {
                 Some(value) => {
@@ -610,7 +825,7 @@ impl Store {
                     })?;
                     if expected.next() != Some(loc) {
                         return Err(Error::corrupt(
-                            self.engine.dir.join("vdls"),
+                            dir.join("vdls"),
                             loc.offset,
                             "a value record did not land where the trie leaf points",
                         ));
@@ -634,64 +849,188 @@ impl Store {
                 tombstones.push((*tid, *path, Some(loc)));
             }
         }
-        let mut plan = plan;
         plan.tombstones = tombstones;
-        let payload = self.engine.payload(&plan);
+        // Written and fsynced without holding the engine: readers go on.
         let end = self.vdls.commit(version, &payload)?;
-        self.engine.apply(plan, end)?;
-        self.engine
+        // Publishing is memory work; readers wait for it only.
+        let mut engine = self.engine_mut()?;
+        engine.apply(plan, end)?;
+        engine
             .tries
             .keys()
-            .map(|&t| self.engine.digest(t, version))
+            .map(|&t| engine.digest(t, version))
             .collect()
     }
 
-    /// The last committed version.
-    pub fn latest_version(&self) -> Option<Version> {
-        self.engine.versions.last().copied()
+    /// Makes trie `tid`'s history continue one of `size` entries whose frontier is `peaks` (from
+    /// [`Store::history_frontier`] of the store an export came from): the first commit of this store is then
+    /// entry `size` of that history, and its digests equal the source's. Only on a store with no commit yet;
+    /// durable when it returns.
+    pub fn set_history_base(
+        &mut self,
+        tid: TrieId,
+        size: u64,
+        peaks: Vec<(u32, Hash)>,
+    ) -> Result<()> {
+        if self.latest_version().is_some() {
+            return Err(Error::InvalidHistoryBase(
+                "the store already has commits; a history base is set before the first one".into(),
+            ));
+        }
+        let history = HistoryTree::from_frontier(size, peaks.clone())
+            .map_err(|e| Error::InvalidHistoryBase(e.to_string()))?;
+        let mut base = history_base::read(&self.dir)?;
+        base.insert(tid, (size, peaks));
+        history_base::write(&self.dir, &base)?;
+        self.engine_mut()?.tries.insert(
+            tid,
+            TrieState {
+                history,
+                ..TrieState::default()
+            },
+        );
+        Ok(())
     }
 
-    /// Every committed version, oldest first.
-    pub fn versions(&self) -> &[Version] {
-        &self.engine.versions
+    /// Flushes the MemIndexTable to an index file now (also done automatically when it is full).
+    pub fn flush(&mut self) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        let end = self.vdls.end();
+        let mut engine = self.engine_mut()?;
+        engine.flush(end)?;
+        engine.finish_flush()
     }
 
-    /// The tries that exist at the latest version.
-    pub fn tries(&self) -> Vec<TrieId> {
-        self.engine.tries.keys().copied().collect()
+    /// Flushes and closes. Dropping a store without `close` loses nothing either: the value log is replayed.
+    pub fn close(mut self) -> Result<()> {
+        // Also waits for a flush still running in the background.
+        self.flush()?;
+        Ok(())
+    }
+
+    /// Engine counters.
+    pub fn metrics(&self) -> metrics::Snapshot {
+        self.counters.snapshot()
+    }
+
+    /// What the engine holds in memory now, against its budget ([`Options::memory_budget_bytes`]).
+    pub fn memory(&self) -> MemoryUse {
+        let e = self.shared.engine();
+        MemoryUse {
+            page_cache_bytes: e.page_cache.weight(),
+            page_cache_pages: e.page_cache.len() as u64,
+            block_cache_bytes: e.block_cache.weight(),
+            memtable_bytes: e.mem.bytes() as u64,
+            budget_bytes: e.opts.memory_budget_bytes,
+        }
+    }
+
+    /// Bytes on disk: value log, index files, roots log.
+    pub fn disk_bytes(&self) -> u64 {
+        let e = self.shared.engine();
+        self.vdls.disk_bytes()
+            + e.files.iter().map(|f| f.size()).sum::<u64>()
+            + e.roots_log.disk_bytes()
+            + e.tombstone_log.as_ref().map_or(0, TombstoneLog::disk_bytes)
+    }
+
+    /// Drops every cached page and index block (to measure cold reads).
+    pub fn clear_caches(&self) {
+        let e = self.shared.engine();
+        e.page_cache.clear();
+        e.block_cache.clear();
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// What reads need, borrowed from the engine's read lock: the engine, the value log's read side, the read pool,
+/// and the newest version the reads may see (the latest commit, or a snapshot's version).
+struct View<'a> {
+    engine: &'a Engine,
+    vdls: &'a VdlsReader,
+    read_pool: &'a rayon::ThreadPool,
+    latest: Option<Version>,
+}
+
+impl View<'_> {
+    /// `version` for an as-of read: a version above the view's latest reads the latest.
+    fn at(&self, version: Version) -> Version {
+        self.latest.map_or(version, |l| version.min(l))
+    }
+
+    /// `version` for an exact read: it must not be above the view's latest.
+    fn exact(&self, version: Version) -> Result<Version> {
+        match self.latest {
+            Some(l) if version <= l => Ok(version),
+            _ => Err(Error::VersionNotFound(version)),
+        }
+    }
+
+    fn latest_version(&self) -> Option<Version> {
+        self.latest
+    }
+
+    fn has_version(&self, version: Version) -> bool {
+        self.exact(version).is_ok() && self.engine.versions.binary_search(&version).is_ok()
+    }
+
+    fn versions(&self) -> Vec<Version> {
+        let n = self
+            .latest
+            .map_or(0, |l| self.engine.versions.partition_point(|v| *v <= l));
+        self.engine.versions[..n].to_vec()
+    }
+
+    fn tries(&self) -> Vec<TrieId> {
+        self.engine
+            .tries
+            .iter()
+            .filter(|(_, t)| {
+                t.versions
+                    .first()
+                    .is_some_and(|v| self.latest.is_some_and(|l| *v <= l))
+            })
+            .map(|(tid, _)| *tid)
+            .collect()
     }
 
     /// The value of `key` in trie `tid` as of `version` (the newest commit at or below it).
-    pub fn get(&self, tid: TrieId, version: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    fn get(&self, tid: TrieId, version: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Counters::add(&self.engine.counters.gets, 1);
-        let root = self.engine.root_page(tid, version)?;
+        let root = self.engine.root_page(tid, self.at(version))?;
         let path = KeyPath::of(key);
-        match trie::get(&self.engine, tid, &root, &path)? {
+        match trie::get(self.engine, tid, &root, &path)? {
             Some(leaf) => Ok(Some(self.read_value(&leaf, Some(key))?.1)),
             None => Ok(None),
         }
     }
 
     /// The value of `key` at the latest version.
-    pub fn get_latest(&self, tid: TrieId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    fn get_latest(&self, tid: TrieId, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let v = self.latest_version().ok_or(Error::UnknownTrie(tid))?;
         self.get(tid, v, key)
     }
 
     /// The values of many keys (a block's access list) at `version`, loading pages and values in parallel.
-    pub fn get_many(
+    fn get_many(
         &self,
         tid: TrieId,
         version: Version,
         keys: &[&[u8]],
     ) -> Result<Vec<Option<Vec<u8>>>> {
-        let root = self.engine.root_page(tid, version)?;
+        let root = self.engine.root_page(tid, self.at(version))?;
         Counters::add(&self.engine.counters.gets, keys.len() as u64);
         // Pages, then values, each fetched by many reads in flight at once on the read pool.
         let (leaves, records) = self.read_pool.install(|| -> Result<_> {
             let leaves: Vec<Option<Leaf>> = keys
                 .par_iter()
-                .map(|k| trie::get(&self.engine, tid, &root, &KeyPath::of(k)))
+                .map(|k| trie::get(self.engine, tid, &root, &KeyPath::of(k)))
                 .collect::<Result<_>>()?;
             let locs: Vec<Location> = leaves.iter().flatten().map(|l| l.loc).collect();
             Ok((leaves, self.vdls.read_many(&locs)))
@@ -758,7 +1097,7 @@ impl Store {
     }
 
     /// The value of `key` at `version` and its inclusion or exclusion proof (SPEC.md §5).
-    pub fn get_proof(
+    fn get_proof(
         &self,
         tid: TrieId,
         version: Version,
@@ -769,7 +1108,7 @@ impl Store {
     }
 
     /// The values of `keys` at `version` and one multi-proof for all of them.
-    pub fn get_multi_proof(
+    fn get_multi_proof(
         &self,
         tid: TrieId,
         version: Version,
@@ -780,34 +1119,33 @@ impl Store {
             [one] => vec![self.get(tid, version, one)?],
             _ => self.get_many(tid, version, keys)?,
         };
-        let root = self.engine.root_page(tid, version)?;
+        let root = self.engine.root_page(tid, self.at(version))?;
         let mut paths: Vec<KeyPath> = keys.iter().map(|k| KeyPath::of(k)).collect();
         paths.sort();
         paths.dedup();
-        let proof = trie::prove(&self.engine, tid, &root, &paths)?;
+        let proof = trie::prove(self.engine, tid, &root, &paths)?;
         Ok((values, proof))
     }
 
     /// The digest of trie `tid` at exactly the committed `version`.
-    pub fn digest(&self, tid: TrieId, version: Version) -> Result<Digest> {
-        self.engine.digest(tid, version)
+    fn digest(&self, tid: TrieId, version: Version) -> Result<Digest> {
+        self.engine.digest(tid, self.exact(version)?)
     }
 
     /// Digests of every trie at the latest version.
-    pub fn latest_digests(&self) -> Result<Vec<Digest>> {
+    fn latest_digests(&self) -> Result<Vec<Digest>> {
         match self.latest_version() {
             Some(v) => self
-                .engine
-                .tries
-                .keys()
-                .map(|&t| self.engine.digest(t, v))
+                .tries()
+                .into_iter()
+                .map(|t| self.engine.digest(t, v))
                 .collect(),
             None => Ok(Vec::new()),
         }
     }
 
     /// Proof that trie `tid`'s entry at `version` is in its history as of `at` (SPEC.md §8.2).
-    pub fn history_inclusion_proof(
+    fn history_inclusion_proof(
         &self,
         tid: TrieId,
         version: Version,
@@ -815,15 +1153,15 @@ impl Store {
     ) -> Result<InclusionProof> {
         let t = self.engine.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
         let base = t.history.base();
-        let i = base + self.engine.exact_index(t, version)? as u64;
-        let n = base + self.engine.exact_index(t, at)? as u64 + 1;
+        let i = base + self.engine.exact_index(t, self.exact(version)?)? as u64;
+        let n = base + self.engine.exact_index(t, self.exact(at)?)? as u64 + 1;
         t.history
             .inclusion_proof(i, n)
             .ok_or(Error::VersionNotFound(version))
     }
 
     /// Proof that trie `tid`'s history at `from` is a prefix of its history at `to` (SPEC.md §8.3).
-    pub fn history_consistency_proof(
+    fn history_consistency_proof(
         &self,
         tid: TrieId,
         from: Version,
@@ -831,8 +1169,8 @@ impl Store {
     ) -> Result<ConsistencyProof> {
         let t = self.engine.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
         let base = t.history.base();
-        let m = base + self.engine.exact_index(t, from)? as u64 + 1;
-        let n = base + self.engine.exact_index(t, to)? as u64 + 1;
+        let m = base + self.engine.exact_index(t, self.exact(from)?)? as u64 + 1;
+        let n = base + self.engine.exact_index(t, self.exact(to)?)? as u64 + 1;
         t.history
             .consistency_proof(m, n)
             .ok_or(Error::VersionNotFound(from))
@@ -841,66 +1179,31 @@ impl Store {
     /// The frontier of trie `tid`'s history just before its entry at `version` (size and peaks, SPEC.md §8): what
     /// a store that imports the state of `version` needs ([`Store::set_history_base`]) so that its digests carry
     /// this store's history commitment.
-    pub fn history_frontier(&self, tid: TrieId, version: Version) -> Result<Frontier> {
+    fn history_frontier(&self, tid: TrieId, version: Version) -> Result<Frontier> {
         let t = self.engine.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
-        let i = t.history.base() + self.engine.exact_index(t, version)? as u64;
+        let i = t.history.base() + self.engine.exact_index(t, self.exact(version)?)? as u64;
         t.history
             .frontier_at(i)
             .map_err(|e| Error::InvalidHistoryBase(e.to_string()))
     }
 
-    /// Makes trie `tid`'s history continue one of `size` entries whose frontier is `peaks` (from
-    /// [`Store::history_frontier`] of the store an export came from): the first commit of this store is then
-    /// entry `size` of that history, and its digests equal the source's. Only on a store with no commit yet;
-    /// durable when it returns.
-    pub fn set_history_base(
-        &mut self,
-        tid: TrieId,
-        size: u64,
-        peaks: Vec<(u32, Hash)>,
-    ) -> Result<()> {
-        if !self.engine.versions.is_empty() {
-            return Err(Error::InvalidHistoryBase(
-                "the store already has commits; a history base is set before the first one".into(),
-            ));
-        }
-        let history = HistoryTree::from_frontier(size, peaks.clone())
-            .map_err(|e| Error::InvalidHistoryBase(e.to_string()))?;
-        let mut base = history_base::read(&self.engine.dir)?;
-        base.insert(tid, (size, peaks));
-        history_base::write(&self.engine.dir, &base)?;
-        self.engine.tries.insert(
-            tid,
-            TrieState {
-                history,
-                ..TrieState::default()
-            },
-        );
-        Ok(())
-    }
-
     /// Full verification: reads every value of trie `tid` at `version`, recomputes every node hash up to the root,
     /// checks every stored page hash on the way, and compares the root with `comm`. The first mismatch is reported
     /// as an error naming where it is.
-    pub fn verify_full(
-        &self,
-        tid: TrieId,
-        version: Version,
-        comm: &Hash,
-    ) -> Result<FullVerification> {
+    fn verify_full(&self, tid: TrieId, version: Version, comm: &Hash) -> Result<FullVerification> {
         self.verify_full_with_progress(tid, version, comm, &mut |_| {})
     }
 
     /// [`Store::verify_full`], calling `progress` with the number of keys verified so far (every 4096 keys and
     /// at the end).
-    pub fn verify_full_with_progress(
+    fn verify_full_with_progress(
         &self,
         tid: TrieId,
         version: Version,
         comm: &Hash,
         progress: &mut dyn FnMut(u64),
     ) -> Result<FullVerification> {
-        let root = self.engine.root_page(tid, version)?;
+        let root = self.engine.root_page(tid, self.at(version))?;
         let mut stats = FullVerification {
             root: EMPTY,
             keys: 0,
@@ -917,6 +1220,23 @@ impl Store {
         }
         stats.root = computed;
         Ok(stats)
+    }
+
+    /// Up to `max` pairs of trie `tid` at `version` whose paths are above `after`, in path order.
+    fn pairs_after(
+        &self,
+        tid: TrieId,
+        version: Version,
+        after: Option<&KeyPath>,
+        max: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let root = self.engine.root_page(tid, self.at(version))?;
+        let mut out = Vec::new();
+        trie::walk_after(self.engine, tid, &root, after, &mut |leaf| {
+            out.push(self.read_value(leaf, None)?);
+            Ok(out.len() < max)
+        })?;
+        Ok(out)
     }
 
     /// Recomputes the hash of a leaf from its value record.
@@ -1010,15 +1330,15 @@ impl Store {
     }
 
     /// Calls `f` with every `(key, value)` of trie `tid` at `version`, in path order (the order of a state export).
-    pub fn for_each_pair(
+    fn for_each_pair(
         &self,
         tid: TrieId,
         version: Version,
         mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
     ) -> Result<u64> {
-        let root = self.engine.root_page(tid, version)?;
+        let root = self.engine.root_page(tid, self.at(version))?;
         let mut n = 0u64;
-        trie::walk(&self.engine, tid, &root, &mut |leaf| {
+        trie::walk(self.engine, tid, &root, &mut |leaf| {
             let (k, v) = self.read_value(leaf, None)?;
             n += 1;
             f(&k, &v)
@@ -1034,7 +1354,7 @@ impl Store {
     /// At most `limit` entries. `before` continues an earlier answer: pass its [`HistoryPage::next`] to get the
     /// entries older than the last one it returned. Anything else that is not the version of one of the key's
     /// entries is [`Error::InvalidCursor`].
-    pub fn history(
+    fn history(
         &self,
         tid: TrieId,
         key: &[u8],
@@ -1043,11 +1363,28 @@ impl Store {
     ) -> Result<HistoryPage> {
         let path = KeyPath::of(key);
         let start = match before {
-            None => match self.engine.latest_leaf(tid, &path)? {
-                Some(leaf) => Some(leaf.loc),
-                None => self.engine.tombstones.get(&(tid, path)).copied(),
-            },
-            Some(u) => self.history_link_before(tid, key, &path, u)?,
+            // From the key's state at the engine's newest version; a snapshot pinned below it skips the entries
+            // written after its version (few: only those since the snapshot was taken).
+            None => {
+                let mut start = match self.engine.latest_leaf(tid, &path)? {
+                    Some(leaf) => Some(leaf.loc),
+                    None => self.engine.tombstones.get(&(tid, path)).copied(),
+                };
+                while let Some(loc) = start {
+                    let rec = self.vdls.read(loc)?;
+                    if self.latest.is_some_and(|l| rec.version() <= l) {
+                        break;
+                    }
+                    start = rec.prev();
+                }
+                start
+            }
+            Some(u) => self.history_link_before(
+                tid,
+                key,
+                &path,
+                self.exact(u).map_err(|_| Error::InvalidCursor(u))?,
+            )?,
         };
         let Some(start) = start else {
             return Ok(HistoryPage {
@@ -1107,7 +1444,7 @@ impl Store {
         let i = self.engine.exact_index(t, u).map_err(|_| invalid())?;
         let leaf_at = |v: Version| -> Result<Option<Leaf>> {
             let root = self.engine.root_page(tid, v)?;
-            trie::get(&self.engine, tid, &root, path)
+            trie::get(self.engine, tid, &root, path)
         };
         match leaf_at(u)? {
             Some(leaf) if leaf.version == u => {
@@ -1125,63 +1462,6 @@ impl Store {
                 }
             }
         }
-    }
-
-    /// Flushes the MemIndexTable to an index file now (also done automatically when it is full).
-    pub fn flush(&mut self) -> Result<()> {
-        if self.poisoned {
-            return Err(Error::Poisoned);
-        }
-        let end = self.vdls.end();
-        self.engine.flush(end)?;
-        self.engine.finish_flush()
-    }
-
-    /// Flushes and closes. Dropping a store without `close` loses nothing either: the value log is replayed.
-    pub fn close(mut self) -> Result<()> {
-        // Also waits for a flush still running in the background.
-        self.flush()?;
-        Ok(())
-    }
-
-    /// Engine counters.
-    pub fn metrics(&self) -> Snapshot {
-        self.engine.counters.snapshot()
-    }
-
-    /// What the engine holds in memory now, against its budget ([`Options::memory_budget_bytes`]).
-    pub fn memory(&self) -> MemoryUse {
-        let e = &self.engine;
-        MemoryUse {
-            page_cache_bytes: e.page_cache.weight(),
-            page_cache_pages: e.page_cache.len() as u64,
-            block_cache_bytes: e.block_cache.weight(),
-            memtable_bytes: e.mem.bytes() as u64,
-            budget_bytes: e.opts.memory_budget_bytes,
-        }
-    }
-
-    /// Bytes on disk: value log, index files, roots log.
-    pub fn disk_bytes(&self) -> u64 {
-        self.vdls.disk_bytes()
-            + self.engine.files.iter().map(|f| f.size()).sum::<u64>()
-            + self.engine.roots_log.disk_bytes()
-            + self
-                .engine
-                .tombstone_log
-                .as_ref()
-                .map_or(0, TombstoneLog::disk_bytes)
-    }
-
-    /// Drops every cached page and index block (to measure cold reads).
-    pub fn clear_caches(&self) {
-        self.engine.page_cache.clear();
-        self.engine.block_cache.clear();
-    }
-
-    /// The store directory.
-    pub fn dir(&self) -> &Path {
-        &self.engine.dir
     }
 }
 

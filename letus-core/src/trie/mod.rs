@@ -692,6 +692,46 @@ pub fn walk<S: PageSource>(
     Ok(())
 }
 
+/// Calls `f` for every leaf below `page` whose path is above `after` (all of them without it), in path order,
+/// until `f` returns `false`; returns whether the walk went to the end. Subtrees entirely at or below `after` are
+/// not loaded, so resuming a walk after the last path it reported costs only the pages on that path.
+pub fn walk_after<S: PageSource>(
+    src: &S,
+    tid: TrieId,
+    page: &Page,
+    after: Option<&KeyPath>,
+    f: &mut dyn FnMut(&Leaf) -> Result<bool>,
+) -> Result<bool> {
+    for (slot, cell) in page.cells_in_path_order() {
+        match cell {
+            Cell::Leaf(l) => {
+                if after.is_none_or(|a| l.path > *a) && !f(l)? {
+                    return Ok(false);
+                }
+            }
+            Cell::Page { version, .. } => {
+                let (c, g) = slot_nibbles(*slot);
+                let id = page.id.child(c, g);
+                // Page depths are even, so the child's prefix is whole bytes of every path below it.
+                let n = usize::from(id.depth / 2);
+                let below = match after {
+                    None => None,
+                    Some(a) => match id.prefix[..n].cmp(&a.0[..n]) {
+                        std::cmp::Ordering::Less => continue,
+                        std::cmp::Ordering::Greater => None,
+                        std::cmp::Ordering::Equal => Some(a),
+                    },
+                };
+                let child = src.load(tid, id, *version)?;
+                if !walk_after(src, tid, &child, below, f)? {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// The two nibbles below the page of grandchild slot `slot` (`17..=272`).
 pub fn slot_nibbles(slot: SlotNo) -> (u8, u8) {
     let i = slot.saturating_sub(17);

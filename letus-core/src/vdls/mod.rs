@@ -24,7 +24,8 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use rayon::prelude::*;
 
@@ -180,14 +181,40 @@ struct Group {
     buf: Vec<u8>,
 }
 
-/// The log. `Send + Sync`: `read`, `read_many` and `history` take `&self` and only `pread`; appends take
-/// `&mut self`, so no read can run concurrently with a commit that changes the file list.
+/// A data file as readers share it: `len` is its committed length, advanced by the writer only after the bytes
+/// below it are written (and fdatasynced), so a reader that sees a length finds every record below it complete.
+#[derive(Debug)]
+struct SharedFile {
+    id: u32,
+    path: PathBuf,
+    file: File,
+    len: AtomicU64,
+}
+
+impl SharedFile {
+    fn len(&self) -> u64 {
+        self.len.load(Ordering::Acquire)
+    }
+}
+
+/// The read side of the log, shared by the writer and every reader (`Clone` is cheap). Reads `pread` committed
+/// records and never wait for a commit: the file list is behind a lock held only to look a file up or to add one
+/// at a rotation.
+#[derive(Clone)]
+pub struct VdlsReader {
+    dir: PathBuf,
+    counters: Arc<Counters>,
+    /// Data files, `files[i].id == i + 1`; the last one is the active one. Never empty.
+    files: Arc<RwLock<Vec<Arc<SharedFile>>>>,
+}
+
+/// The log. Appends and commits take `&mut self` (one writer); reads go through [`Vdls::reader`], which any
+/// number of threads can use while a commit is being written.
 pub struct Vdls {
     dir: PathBuf,
     opts: VdlsOptions,
     counters: Arc<Counters>,
-    /// Data files, `files[i].id == i + 1`; the last one is the active one. Never empty.
-    files: Vec<DataFile>,
+    reader: VdlsReader,
     /// Position after the last committed record; always `(active id, active len)`.
     end: Position,
     /// Version of the last commit seen (replayed or written); `None` when unknown (nothing replayed yet).
@@ -203,13 +230,116 @@ impl std::fmt::Debug for Vdls {
         f.debug_struct("Vdls")
             .field("dir", &self.dir)
             .field("opts", &self.opts)
-            .field("files", &self.files.len())
+            .field("files", &self.reader.file_count())
             .field("end", &self.end)
             .field("last_version", &self.last_version)
             .field("buffered_records", &self.group.records)
             .field("buffered_bytes", &self.group.buf.len())
             .field("poisoned", &self.poisoned)
             .finish()
+    }
+}
+
+impl VdlsReader {
+    /// Reads and checks one committed record with one `pread`. A checksum or parse failure, an unknown file id
+    /// or a location outside the committed part of a file is [`Error::Corrupt`] naming the file and offset.
+    pub fn read(&self, loc: Location) -> Result<Record> {
+        let f = self.file(loc.file_id, loc.offset)?;
+        let len = loc.len as usize;
+        if !record::len_in_bounds(len) {
+            return Err(Error::corrupt(
+                &f.path,
+                loc.offset,
+                format!("location length {len} is not a possible record length"),
+            ));
+        }
+        let committed = f.len();
+        let in_file = loc.offset >= HEADER_LEN
+            && loc
+                .offset
+                .checked_add(u64::from(loc.len))
+                .is_some_and(|e| e <= committed);
+        if !in_file {
+            return Err(Error::corrupt(
+                &f.path,
+                loc.offset,
+                format!(
+                    "location of {len} bytes is outside the committed records of the file ({committed} bytes)"
+                ),
+            ));
+        }
+        let mut buf = vec![0u8; len];
+        fsutil::read_exact_at(&f.file, &f.path, &mut buf, loc.offset)?;
+        Counters::add(&self.counters.value_reads, 1);
+        Counters::add(&self.counters.bytes_read, len as u64);
+        match record::decode(&buf, loc.file_id, loc.offset) {
+            Ok(d) => Ok(d.rec),
+            Err(record::DecodeError::Damaged(w) | record::DecodeError::Malformed(w)) => {
+                Err(Error::corrupt(&f.path, loc.offset, w))
+            }
+        }
+    }
+
+    /// Reads several records in parallel (rayon); the results are in the order of `locs`.
+    pub fn read_many(&self, locs: &[Location]) -> Vec<Result<Record>> {
+        locs.par_iter().map(|l| self.read(*l)).collect()
+    }
+
+    /// Total bytes of all data files (committed part).
+    pub fn disk_bytes(&self) -> u64 {
+        self.files().iter().map(|f| f.len()).sum()
+    }
+
+    /// Walks a key's history backwards from `loc`: the record at `loc`, then its prev, and so on, at most `limit`
+    /// records, newest first. Every link must lead to an earlier Put/Delete of the same key and trie with a
+    /// version not above the newer one's; otherwise the walk fails with [`Error::Corrupt`]. (Links always point
+    /// strictly backwards, so the walk terminates even without `limit`.)
+    pub fn history(&self, loc: Location, limit: usize) -> Result<Vec<(Location, Record)>> {
+        let mut out: Vec<(Location, Record)> = Vec::new();
+        let mut next = Some(loc);
+        while let Some(l) = next {
+            if out.len() >= limit {
+                break;
+            }
+            let rec = self.read(l)?;
+            if let Some((_, newer)) = out.last() {
+                let same = rec.key().is_some()
+                    && rec.key() == newer.key()
+                    && tid_of(&rec) == tid_of(newer)
+                    && rec.version() <= newer.version();
+                if !same {
+                    let path = file_path(&self.dir, l.file_id);
+                    return Err(Error::corrupt(
+                        path,
+                        l.offset,
+                        "history link leads to a record of another key, trie or a newer version",
+                    ));
+                }
+            }
+            next = rec.prev();
+            out.push((l, rec));
+        }
+        Ok(out)
+    }
+
+    /// The data file with id `id`; an unknown id is corruption at `offset` of the file that would have it.
+    fn file(&self, id: u32, offset: u64) -> Result<Arc<SharedFile>> {
+        (id as usize)
+            .checked_sub(1)
+            .and_then(|i| self.files().get(i).cloned())
+            .filter(|f| f.id == id)
+            .ok_or_else(|| Error::corrupt(file_path(&self.dir, id), offset, "no such data file"))
+    }
+
+    fn files(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<SharedFile>>> {
+        // Nothing panics while holding the lock; a poisoned lock still holds a valid list.
+        self.files
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn file_count(&self) -> usize {
+        self.files().len()
     }
 }
 
@@ -240,11 +370,16 @@ impl Vdls {
             file_id: r.files.last().map_or(1, |f| f.id),
             offset: r.files.last().map_or(HEADER_LEN, |f| f.len),
         };
+        let files = r.files.into_iter().map(|f| Arc::new(f.shared())).collect();
         Ok(Vdls {
             dir: dir.to_path_buf(),
             opts,
-            counters,
-            files: r.files,
+            counters: counters.clone(),
+            reader: VdlsReader {
+                dir: dir.to_path_buf(),
+                counters,
+                files: Arc::new(RwLock::new(files)),
+            },
             end,
             last_version: r.last_version,
             group: Group::default(),
@@ -379,48 +514,19 @@ impl Vdls {
         };
     }
 
-    /// Reads and checks one committed record with one `pread`. A checksum or parse failure, an unknown file id
-    /// or a location outside the committed part of a file is [`Error::Corrupt`] naming the file and offset.
-    pub fn read(&self, loc: Location) -> Result<Record> {
-        let f = self.file(loc.file_id, loc.offset)?;
-        let len = loc.len as usize;
-        if !record::len_in_bounds(len) {
-            return Err(Error::corrupt(
-                &f.path,
-                loc.offset,
-                format!("location length {len} is not a possible record length"),
-            ));
-        }
-        let in_file = loc.offset >= HEADER_LEN
-            && loc
-                .offset
-                .checked_add(u64::from(loc.len))
-                .is_some_and(|e| e <= f.len);
-        if !in_file {
-            return Err(Error::corrupt(
-                &f.path,
-                loc.offset,
-                format!(
-                    "location of {len} bytes is outside the committed records of the file ({} bytes)",
-                    f.len
-                ),
-            ));
-        }
-        let mut buf = vec![0u8; len];
-        fsutil::read_exact_at(&f.file, &f.path, &mut buf, loc.offset)?;
-        Counters::add(&self.counters.value_reads, 1);
-        Counters::add(&self.counters.bytes_read, len as u64);
-        match record::decode(&buf, loc.file_id, loc.offset) {
-            Ok(d) => Ok(d.rec),
-            Err(record::DecodeError::Damaged(w) | record::DecodeError::Malformed(w)) => {
-                Err(Error::corrupt(&f.path, loc.offset, w))
-            }
-        }
+    /// The shared read side.
+    pub fn reader(&self) -> &VdlsReader {
+        &self.reader
     }
 
-    /// Reads several records in parallel (rayon); the results are in the order of `locs`.
-    pub fn read_many(&self, locs: &[Location]) -> Vec<Result<Record>> {
-        locs.par_iter().map(|l| self.read(*l)).collect()
+    /// See [`VdlsReader::read`].
+    pub fn read(&self, loc: Location) -> Result<Record> {
+        self.reader.read(loc)
+    }
+
+    /// See [`VdlsReader::history`].
+    pub fn history(&self, loc: Location, limit: usize) -> Result<Vec<(Location, Record)>> {
+        self.reader.history(loc, limit)
     }
 
     /// Position after the last committed record.
@@ -430,48 +536,7 @@ impl Vdls {
 
     /// Total bytes of all data files (committed part).
     pub fn disk_bytes(&self) -> u64 {
-        self.files.iter().map(|f| f.len).sum()
-    }
-
-    /// Walks a key's history backwards from `loc`: the record at `loc`, then its prev, and so on, at most `limit`
-    /// records, newest first. Every link must lead to an earlier Put/Delete of the same key and trie with a
-    /// version not above the newer one's; otherwise the walk fails with [`Error::Corrupt`]. (Links always point
-    /// strictly backwards, so the walk terminates even without `limit`.)
-    pub fn history(&self, loc: Location, limit: usize) -> Result<Vec<(Location, Record)>> {
-        let mut out: Vec<(Location, Record)> = Vec::new();
-        let mut next = Some(loc);
-        while let Some(l) = next {
-            if out.len() >= limit {
-                break;
-            }
-            let rec = self.read(l)?;
-            if let Some((_, newer)) = out.last() {
-                let same = rec.key().is_some()
-                    && rec.key() == newer.key()
-                    && tid_of(&rec) == tid_of(newer)
-                    && rec.version() <= newer.version();
-                if !same {
-                    let path = file_path(&self.dir, l.file_id);
-                    return Err(Error::corrupt(
-                        path,
-                        l.offset,
-                        "history link leads to a record of another key, trie or a newer version",
-                    ));
-                }
-            }
-            next = rec.prev();
-            out.push((l, rec));
-        }
-        Ok(out)
-    }
-
-    /// The data file with id `id`; an unknown id is corruption at `offset` of the file that would have it.
-    fn file(&self, id: u32, offset: u64) -> Result<&DataFile> {
-        (id as usize)
-            .checked_sub(1)
-            .and_then(|i| self.files.get(i))
-            .filter(|f| f.id == id)
-            .ok_or_else(|| Error::corrupt(file_path(&self.dir, id), offset, "no such data file"))
+        self.reader.disk_bytes()
     }
 
     /// Versions must increase from commit to commit, and all records of a group share the group's version.
@@ -528,18 +593,21 @@ impl Vdls {
     fn write_group(&mut self, g: &Group) -> Result<Position> {
         let active_id = self.end.file_id;
         if g.file_id != active_id {
-            let active = self.files.last().ok_or(Error::Poisoned)?;
+            let active = self.reader.files().last().cloned().ok_or(Error::Poisoned)?;
             active
                 .file
                 .sync_data()
                 .map_err(|e| Error::io(&active.path, e))?;
-            let prev_file_len = active.len;
-            let df = self.create_file(g.file_id, prev_file_len)?;
-            self.files.push(df);
+            let df = self.create_file(g.file_id, active.len())?;
+            self.reader
+                .files
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(Arc::new(df.shared()));
         }
-        let f = self.files.last_mut().ok_or(Error::Poisoned)?;
+        let f = self.reader.files().last().cloned().ok_or(Error::Poisoned)?;
         debug_assert_eq!(f.id, g.file_id);
-        debug_assert_eq!(f.len, g.start);
+        debug_assert_eq!(f.len(), g.start);
         f.file
             .write_all_at(&g.buf, g.start)
             .map_err(|e| Error::io(&f.path, e))?;
@@ -547,10 +615,12 @@ impl Vdls {
             f.file.sync_data().map_err(|e| Error::io(&f.path, e))?;
         }
         Counters::add(&self.counters.bytes_written, g.buf.len() as u64);
-        f.len = g.start + g.buf.len() as u64;
+        let end = g.start + g.buf.len() as u64;
+        // Published only now: readers never see a length whose bytes are not all written.
+        f.len.store(end, Ordering::Release);
         Ok(Position {
             file_id: f.id,
-            offset: f.len,
+            offset: end,
         })
     }
 
@@ -579,6 +649,17 @@ fn create_data_file(dir: &Path, id: u32, prev_file_len: u64) -> Result<DataFile>
         file,
         len: HEADER_LEN,
     })
+}
+
+impl DataFile {
+    fn shared(self) -> SharedFile {
+        SharedFile {
+            id: self.id,
+            path: self.path,
+            file: self.file,
+            len: AtomicU64::new(self.len),
+        }
+    }
 }
 
 fn tid_of(r: &Record) -> Option<u32> {

@@ -729,7 +729,7 @@ fn bogus_locations_are_errors() {
         assert_corrupt(v.read(b));
         assert!(v.history(b, 5).is_err());
     }
-    let res = v.read_many(&bogus);
+    let res = v.reader().read_many(&bogus);
     assert!(res.iter().all(|r| matches!(r, Err(Error::Corrupt { .. }))));
     // A buffered, uncommitted record cannot be read.
     let l = v
@@ -762,7 +762,7 @@ fn read_many_matches_read_and_counts() {
     let all = flatten(&groups);
     let locs: Vec<Location> = all.iter().rev().map(|(l, _)| *l).collect();
     let before = c.snapshot();
-    let got = v.read_many(&locs);
+    let got = v.reader().read_many(&locs);
     let after = c.snapshot() - before;
     assert_eq!(after.value_reads, locs.len() as u64);
     assert_eq!(
