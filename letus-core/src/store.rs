@@ -244,6 +244,25 @@ impl Shared {
         self.engine.read().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn memory(&self) -> MemoryUse {
+        let e = self.engine();
+        MemoryUse {
+            page_cache_bytes: e.page_cache.weight(),
+            page_cache_pages: e.page_cache.len() as u64,
+            block_cache_bytes: e.block_cache.weight(),
+            memtable_bytes: e.mem.bytes() as u64,
+            budget_bytes: e.opts.memory_budget_bytes,
+        }
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        let e = self.engine();
+        self.vdls.disk_bytes()
+            + e.files.iter().map(|f| f.size()).sum::<u64>()
+            + e.roots_log.disk_bytes()
+            + e.tombstone_log.as_ref().map_or(0, TombstoneLog::disk_bytes)
+    }
+
     fn view<R>(&self, pinned: Option<Option<Version>>, f: impl FnOnce(&View<'_>) -> R) -> R {
         let e = self.engine();
         let latest = pinned.unwrap_or_else(|| e.versions.last().copied());
@@ -274,6 +293,21 @@ pub struct Reader {
 }
 
 impl Reader {
+    /// Engine counters.
+    pub fn metrics(&self) -> metrics::Snapshot {
+        self.shared.engine().counters.snapshot()
+    }
+
+    /// What the engine holds in memory now, against its budget.
+    pub fn memory(&self) -> MemoryUse {
+        self.shared.memory()
+    }
+
+    /// Bytes on disk: value log, index files, roots log, tombstone log.
+    pub fn disk_bytes(&self) -> u64 {
+        self.shared.disk_bytes()
+    }
+
     /// A snapshot of the latest committed version.
     pub fn snapshot(&self) -> Snapshot {
         let version = self.shared.engine().versions.last().copied();
@@ -917,23 +951,12 @@ impl Store {
 
     /// What the engine holds in memory now, against its budget ([`Options::memory_budget_bytes`]).
     pub fn memory(&self) -> MemoryUse {
-        let e = self.shared.engine();
-        MemoryUse {
-            page_cache_bytes: e.page_cache.weight(),
-            page_cache_pages: e.page_cache.len() as u64,
-            block_cache_bytes: e.block_cache.weight(),
-            memtable_bytes: e.mem.bytes() as u64,
-            budget_bytes: e.opts.memory_budget_bytes,
-        }
+        self.shared.memory()
     }
 
-    /// Bytes on disk: value log, index files, roots log.
+    /// Bytes on disk: value log, index files, roots log, tombstone log.
     pub fn disk_bytes(&self) -> u64 {
-        let e = self.shared.engine();
-        self.vdls.disk_bytes()
-            + e.files.iter().map(|f| f.size()).sum::<u64>()
-            + e.roots_log.disk_bytes()
-            + e.tombstone_log.as_ref().map_or(0, TombstoneLog::disk_bytes)
+        self.shared.disk_bytes()
     }
 
     /// Drops every cached page and index block (to measure cold reads).

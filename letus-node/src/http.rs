@@ -3,14 +3,15 @@
 //! shutdown that gives up after a deadline. Also the request-body deadline that the router applies.
 //!
 //! Together with the router's body deadline ([`DeadlineBody`]) and its limit on concurrent streams, these bound
-//! how long any client can hold a connection, a blocking thread or the store's read lock without making progress:
+//! how long any client can hold a connection or a blocking thread without making progress (no client holds a lock
+//! a commit needs: reads and exports read snapshots):
 //!
 //! - a client that does not finish its request head within `header_timeout` loses the connection (hyper's
 //!   timer; it also closes a keep-alive connection idle for that long);
 //! - a request body that has not fully arrived `body_timeout` after its head is answered `408 body_timeout`;
 //! - a response write that makes no progress for `stream_idle_timeout` (the client stopped reading) drops the
-//!   connection, and with it the response body: an export's walk then ends at its next chunk and releases the
-//!   store's read lock and its stream permit;
+//!   connection, and with it the response body: an export's walk then ends at its next chunk and releases its
+//!   snapshot, its thread and its stream permit;
 //! - after the shutdown signal, connections get `shutdown_timeout` to finish; the rest are dropped.
 
 use std::future::Future;

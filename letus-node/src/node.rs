@@ -3,10 +3,10 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use letus_core::{Options, Store};
+use letus_core::{Options, Reader, Snapshot, Store};
 use letus_verify::hex::encode as hex;
 use letus_verify::{Digest, KeyPath, Version};
 
@@ -27,8 +27,8 @@ pub struct NodeLimits {
     pub max_history: usize,
     /// A request body must have fully arrived this long after its head (`408 body_timeout` otherwise).
     pub body_timeout: Duration,
-    /// Most streams (exports) served at once; past it `503 too_many_streams`. Each holds a blocking thread and
-    /// the store's read lock while its client reads.
+    /// Most streams (exports) served at once; past it `503 too_many_streams`. Each holds a blocking thread (and a
+    /// snapshot, never a lock a commit needs) while its client reads.
     pub max_streams: usize,
 }
 
@@ -47,7 +47,11 @@ impl Default for NodeLimits {
 
 /// A running node's state.
 pub struct Node {
-    store: RwLock<Store>,
+    /// The writer: block writes take it one at a time. Reads never do.
+    store: Mutex<Store>,
+    /// Snapshots of the latest version for every read: a read never waits for a commit's trie update, fsync or
+    /// index flush (only, for a moment, for a commit to publish its pages).
+    reader: Reader,
     blocks: Mutex<BlockStore>,
     /// The bearer token writes must carry.
     pub token: String,
@@ -64,7 +68,7 @@ pub struct Node {
     pub(crate) panic_at: Mutex<Option<WriteStage>>,
 }
 
-/// The store's lock is only ever poisoned by a panic outside `write_block` (which catches its own, see there):
+/// The writer's lock is only ever poisoned by a panic outside `write_block` (which catches its own, see there):
 /// there is none, so this answers what cannot happen with a 500 rather than a panic.
 fn lock_err<T>(_: T) -> ApiError {
     ApiError::Internal("a lock was poisoned by a panic".into())
@@ -138,7 +142,8 @@ impl Node {
             );
         }
         Ok(Node {
-            store: RwLock::new(store),
+            reader: store.reader(),
+            store: Mutex::new(store),
             blocks: Mutex::new(blocks),
             token,
             streams: Arc::new(tokio::sync::Semaphore::new(limits.max_streams)),
@@ -227,7 +232,7 @@ impl Node {
         }
         let fingerprint = request_hash(req.version, &writes, &block);
 
-        let mut store = self.store.write().map_err(lock_err)?;
+        let mut store = self.store.lock().map_err(lock_err)?;
         // Checked under the lock: a writer that waited for it behind the one that wedged the node sees it.
         if let Some(why) = self.wedged.get() {
             return Err(ApiError::Unavailable(why.clone()));
@@ -296,12 +301,10 @@ impl Node {
                 return match stored {
                     Some(b) if b.request_hash == fingerprint => Ok(DigestsResponse {
                         version: req_version,
-                        digests: digests_at(store, req_version)?,
+                        digests: digests_at(&store.snapshot(), req_version)?,
                     }),
                     Some(_) => Err(ApiError::Conflict(req_version)),
-                    None if store.versions().binary_search(&req_version).is_ok() => {
-                        Err(ApiError::Conflict(req_version))
-                    }
+                    None if store.has_version(req_version) => Err(ApiError::Conflict(req_version)),
                     None => Err(not_next()),
                 };
             }
@@ -363,12 +366,12 @@ impl Node {
 
     /// Digests of every trie at `version` (default latest).
     pub fn digests(&self, version: Option<Version>) -> Result<DigestsResponse, ApiError> {
-        let store = self.store.read().map_err(lock_err)?;
+        let store = self.reader.snapshot();
         let v = match version {
             Some(v) => v,
             None => store.latest_version().ok_or(ApiError::Empty)?,
         };
-        if store.versions().binary_search(&v).is_err() {
+        if !store.has_version(v) {
             return Err(ApiError::VersionNotFound(v));
         }
         Ok(DigestsResponse {
@@ -377,11 +380,11 @@ impl Node {
         })
     }
 
-    fn resolve(store: &Store, version: Option<Version>) -> Result<Version, ApiError> {
+    fn resolve(store: &Snapshot, version: Option<Version>) -> Result<Version, ApiError> {
         let latest = store.latest_version().ok_or(ApiError::Empty)?;
         match version {
             None => Ok(latest),
-            Some(v) if store.versions().binary_search(&v).is_ok() => Ok(v),
+            Some(v) if store.has_version(v) => Ok(v),
             Some(v) => Err(ApiError::VersionNotFound(v)),
         }
     }
@@ -394,7 +397,7 @@ impl Node {
         version: Option<Version>,
     ) -> Result<ValueResponse, ApiError> {
         let key = hex_field(key_hex, "key")?;
-        let store = self.store.read().map_err(lock_err)?;
+        let store = self.reader.snapshot();
         let v = Self::resolve(&store, version)?;
         let digest = trie_digest(&store, tid, v)?;
         let (value, proof) = store.get_proof(tid, v, &key)?;
@@ -436,7 +439,7 @@ impl Node {
         if seen.windows(2).any(|w| w[0] == w[1]) {
             return Err(ApiError::BadRequest("the same key appears twice".into()));
         }
-        let store = self.store.read().map_err(lock_err)?;
+        let store = self.reader.snapshot();
         let v = Self::resolve(&store, req.version)?;
         let digest = trie_digest(&store, tid, v)?;
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
@@ -465,7 +468,7 @@ impl Node {
         let limit = limit
             .unwrap_or(self.limits.max_history)
             .min(self.limits.max_history);
-        let store = self.store.read().map_err(lock_err)?;
+        let store = self.reader.snapshot();
         if !store.tries().contains(&tid) {
             return Err(ApiError::UnknownTrie(tid));
         }
@@ -511,7 +514,7 @@ impl Node {
         from: Version,
         to: Option<Version>,
     ) -> Result<ConsistencyResponse, ApiError> {
-        let store = self.store.read().map_err(lock_err)?;
+        let store = self.reader.snapshot();
         let to = Self::resolve(&store, to)?;
         if from > to {
             return Err(ApiError::BadRequest("`from` must not be above `to`".into()));
@@ -536,7 +539,7 @@ impl Node {
         version: Version,
         at: Option<Version>,
     ) -> Result<InclusionResponse, ApiError> {
-        let store = self.store.read().map_err(lock_err)?;
+        let store = self.reader.snapshot();
         let at = Self::resolve(&store, at)?;
         if version > at {
             return Err(ApiError::BadRequest(
@@ -566,7 +569,7 @@ impl Node {
         mut sink: impl FnMut(Vec<u8>) -> bool,
     ) -> Result<u64, ApiError> {
         use letus_verify::export::{encode_record, encode_trailer, ExportHeader};
-        let store = self.store.read().map_err(lock_err)?;
+        let store = self.reader.snapshot();
         let v = Self::resolve(&store, version)?;
         let root = trie_digest(&store, tid, v)?.root;
         let mut buf = ExportHeader {
@@ -597,11 +600,11 @@ impl Node {
     pub fn stats(
         &self,
     ) -> Result<(letus_core::metrics::Snapshot, u64, u64, Option<Version>), ApiError> {
-        let store = self.store.read().map_err(lock_err)?;
+        let store = self.reader.snapshot();
         let blocks = self.blocks();
         Ok((
-            store.metrics(),
-            store.disk_bytes(),
+            self.reader.metrics(),
+            self.reader.disk_bytes(),
             blocks.disk_bytes(),
             store.latest_version(),
         ))
@@ -609,7 +612,7 @@ impl Node {
 }
 
 /// The digest of `tid` at an existing version `v`; a trie that did not exist yet at `v` is `unknown_trie`.
-fn trie_digest(store: &Store, tid: u32, v: Version) -> Result<Digest, ApiError> {
+fn trie_digest(store: &Snapshot, tid: u32, v: Version) -> Result<Digest, ApiError> {
     match store.digest(tid, v) {
         Ok(d) => Ok(d),
         Err(letus_core::Error::VersionNotFound(_)) | Err(letus_core::Error::UnknownTrie(_)) => {
@@ -619,7 +622,7 @@ fn trie_digest(store: &Store, tid: u32, v: Version) -> Result<Digest, ApiError> 
     }
 }
 
-fn digests_at(store: &Store, v: Version) -> Result<Vec<Digest>, ApiError> {
+fn digests_at(store: &Snapshot, v: Version) -> Result<Vec<Digest>, ApiError> {
     let mut out = Vec::new();
     for tid in store.tries() {
         match store.digest(tid, v) {

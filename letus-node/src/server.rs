@@ -382,8 +382,8 @@ async fn export(
     let tid = tid_param(&path(p)?)?;
     let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let v = q.get()?;
-    // A stream holds a blocking thread and the store's read lock until its client has read it (or stalled for
-    // the idle timeout, which drops the connection): their number is bounded.
+    // A stream holds a blocking thread and a snapshot until its client has read it (or stalled for the idle
+    // timeout, which drops the connection): their number is bounded. It holds no lock a commit needs.
     let permit = s
         .node
         .streams

@@ -2,8 +2,9 @@
 //! one, announcing 20 MB bodies, get their 401 while the node's memory stays bounded); a SIGTERM while a client
 //! holds a half-sent body ends the node within its shutdown deadline and loses nothing acknowledged; a body that
 //! does not arrive in time is a 408, a head that does not arrive closes the connection; an export whose client
-//! stops reading is dropped after the idle timeout, releasing the store's read lock and its stream permit, and
-//! past the stream limit an export is a 503 with a stable code. A zero timeout or stream limit is refused at start.
+//! stops reading is dropped after the idle timeout, releasing its thread and its stream permit, and past the
+//! stream limit an export is a 503 with a stable code; an export read at 1 KB/s does not hold up 100 block writes
+//! and still returns exactly its version. A zero timeout or stream limit is refused at start.
 //!
 //! The deadlines below are generous bounds on "finishes", far below what the node would take without the limit
 //! under test (which is for ever, or the 600 s body timeout set where it matters); nothing here times anything.
@@ -312,7 +313,7 @@ async fn an_export_whose_client_stops_reading_is_dropped_after_the_idle_timeout(
     )
     .await;
     // About 10 MiB of state: more than the socket buffers, hyper's and the stream's channel hold together, so a
-    // client that reads nothing leaves the export's walk blocked, holding the read lock.
+    // client that reads nothing leaves the export's walk blocked (on its snapshot, holding no lock).
     let node = served.node.clone();
     tokio::task::spawn_blocking(move || {
         for v in 1..=5 {
@@ -353,7 +354,7 @@ async fn an_export_whose_client_stops_reading_is_dropped_after_the_idle_timeout(
     );
     assert!(head.to_lowercase().contains("retry-after: 1"), "{head}");
 
-    // A writer needs the read lock the stalled export holds: it gets it once the idle timeout drops that stream.
+    // A writer commits while the stalled export is open: the export holds no lock a commit needs.
     let block = serde_json::to_vec(&block_request(6, 1, 8)).unwrap();
     let mut raw = format!(
         "POST /v1/blocks HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\nconnection: close\r\n\
@@ -366,7 +367,9 @@ async fn an_export_whose_client_stops_reading_is_dropped_after_the_idle_timeout(
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     let written: DigestsResponse = serde_json::from_slice(&body).unwrap();
 
-    // The stalled client's connection was dropped: reading on, it finds the stream cut short.
+    // The client stays stalled past the idle timeout: its connection is dropped, and reading on, it finds the
+    // stream cut short.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let mut rest = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(60), stalled.read_to_end(&mut rest))
         .await
@@ -517,4 +520,110 @@ fn a_zero_timeout_or_stream_limit_is_refused_at_start() {
             "{args:?}: {err}"
         );
     }
+}
+
+/// Done-means 2 of the readers issue, with the real binary: a client reads an export at 1 KB/s while 100 blocks
+/// are written (some of them overwriting the exported keys). Every write answers within a bound, reads keep
+/// answering, and the export, read to its end afterwards, is exactly its version's state.
+#[test]
+fn a_slow_export_does_not_hold_up_writes_and_returns_its_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut node, url) = common::serve(dir.path(), TOKEN);
+    // About 10 MiB of state: more than the socket buffers and the stream's channel hold, so the export's walk
+    // waits on the slow client for the whole run.
+    for v in 1..=5 {
+        let mut res = agent()
+            .post(format!("{url}/v1/blocks"))
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .send_json(block_request(v, 128, 16 << 10))
+            .unwrap();
+        assert_eq!(
+            res.status(),
+            200,
+            "{}",
+            res.body_mut().read_to_string().unwrap()
+        );
+    }
+    let root5 = digest(&url, Some(5))["digests"][0]["root"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let addr = url.trim_start_matches("http://").to_string();
+    let (slow_tx, slow_rx) = std::sync::mpsc::channel::<()>();
+    let reader = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.write_all(
+            b"GET /v1/tries/0/export?version=5 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        )
+        .unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        // 1 KB per second until the writer is done.
+        while slow_rx.try_recv().is_err() {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "the export ended early");
+            got.extend_from_slice(&buf[..n]);
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        let slow_bytes = got.len();
+        s.read_to_end(&mut got).unwrap();
+        (slow_bytes, got)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let mut slowest = Duration::ZERO;
+    for v in 6..=105u64 {
+        // Overwrite some of the exported keys, and add new ones.
+        let mut req = block_request(v, 10, 8);
+        for i in 0..10u64 {
+            req.writes.push(WriteOp {
+                tid: 0,
+                key: hex(format!("v1k{}", (v * 10 + i) % 128).as_bytes()),
+                value: Some(hex(&v.to_le_bytes())),
+            });
+        }
+        let started = Instant::now();
+        let mut res = agent()
+            .post(format!("{url}/v1/blocks"))
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .send_json(req)
+            .unwrap();
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(
+            res.status(),
+            200,
+            "{}",
+            res.body_mut().read_to_string().unwrap()
+        );
+        // Reads keep answering, and see the write.
+        if v % 10 == 0 {
+            let key = hex(format!("v{v}k0").as_bytes());
+            let res = agent()
+                .get(format!("{url}/v1/tries/0/keys/{key}"))
+                .call()
+                .unwrap();
+            assert_eq!(res.status(), 200);
+        }
+    }
+    // A generous bound (each write takes milliseconds): with the export holding the store, writes never finished.
+    assert!(
+        slowest < Duration::from_secs(20),
+        "slowest write {slowest:?}"
+    );
+    slow_tx.send(()).unwrap();
+    let (slow_bytes, got) = reader.join().unwrap();
+    assert!(got.len() > 8 << 20, "the export is all there");
+    assert!(
+        slow_bytes < got.len() / 4,
+        "the export was still running during the writes"
+    );
+    let at = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&got[..at]).to_string();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let export = unchunk(&got[at + 4..]);
+    let root = letus_verify::Hash::from_hex(&root5).unwrap();
+    let summary = letus_verify::export::verify_export(&export, &root, &Limits::default()).unwrap();
+    assert_eq!(summary.records, 5 * 128);
+    assert_eq!(digest(&url, None)["version"], 105);
+    node.kill().unwrap();
+    node.wait().unwrap();
 }
