@@ -29,4 +29,6 @@ pub use error::{Error, Result};
 pub use letus_verify as verify;
 pub use letus_verify::{Digest, Hash, Proof, TrieId, Version};
 pub use options::{MemorySplit, Options};
-pub use store::{FullVerification, HistoryEntry, HistoryPage, MemoryUse, Reader, Snapshot, Store};
+pub use store::{
+    FullVerification, HistoryEntry, HistoryPage, MemoryUse, Reader, Replayed, Snapshot, Store,
+};

@@ -18,6 +18,13 @@ pub struct Options {
     /// Bytes of page records held in the MemIndexTable before it is flushed as an index file (part of the memory
     /// budget, at most a quarter of it).
     pub memtable_bytes: usize,
+    /// Most trie-update and publish time (milliseconds) of the commits after the newest index file: past it the
+    /// MemIndexTable is flushed even if it is not full. A recovery after a crash replays those commits, at about
+    /// the speed they ran, so this bounds the restart time by design. Lower values flush more often (more, smaller
+    /// index files; more DeltaPages frozen early, so more bytes written); `u64::MAX` bounds the replay only by
+    /// `memtable_bytes` (the default: an embedder that writes large blocks trades a longer restart for fewer bytes
+    /// written; `letus serve` sets 500).
+    pub max_replay_millis: u64,
     /// Size after which the value log starts a new data file.
     pub vdls_file_bytes: u64,
     /// fsync at every commit. Turning it off loses the durability guarantee; only for experiments.
@@ -39,6 +46,7 @@ impl Default for Options {
             base_threshold: 256,
             max_delta_chain: 8,
             memtable_bytes: 64 << 20,
+            max_replay_millis: u64::MAX,
             vdls_file_bytes: 256 << 20,
             sync: true,
             max_key_bytes: 65_535,

@@ -102,6 +102,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
         token: None,
         max_body_bytes: None,
         memory_budget_bytes: None,
+        max_replay_millis: None,
         header_timeout_secs: None,
         body_timeout_secs: None,
         stream_idle_timeout_secs: None,

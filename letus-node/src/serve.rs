@@ -18,8 +18,9 @@ use serde::Deserialize;
 /// Options of `letus serve`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
-    /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_proof_keys,
-    /// header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams, shutdown_timeout_secs).
+    /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_replay_millis,
+    /// max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
+    /// shutdown_timeout_secs).
     #[arg(long, env = "LETUS_CONFIG")]
     pub config: Option<PathBuf>,
     /// Data directory.
@@ -38,6 +39,10 @@ pub struct ServeArgs {
     /// default 2 GiB). The state may be far larger: what does not fit is read back from disk.
     #[arg(long, env = "LETUS_MEMORY_BUDGET_BYTES")]
     pub memory_budget_bytes: Option<u64>,
+    /// The restart bound: most milliseconds of commit work (trie updates and publishing) not yet in an index
+    /// file, which a restart after a crash replays (default 500; lower restarts faster and writes more bytes).
+    #[arg(long, env = "LETUS_MAX_REPLAY_MILLIS")]
+    pub max_replay_millis: Option<u64>,
     /// Seconds a client has to send a request's head (request line and headers); also the longest an idle
     /// keep-alive connection stays open (default 10).
     #[arg(long, env = "LETUS_HEADER_TIMEOUT_SECS")]
@@ -62,6 +67,10 @@ pub struct ServeArgs {
     pub static_dirs: Vec<String>,
 }
 
+/// A node restarts after a crash in about this long at most (plus opening its files): see
+/// `Options::max_replay_millis`.
+const DEFAULT_MAX_REPLAY_MILLIS: u64 = 500;
+
 #[derive(Deserialize, Default, Debug)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
@@ -70,6 +79,7 @@ struct FileConfig {
     token: Option<String>,
     max_body_bytes: Option<usize>,
     memory_budget_bytes: Option<u64>,
+    max_replay_millis: Option<u64>,
     max_proof_keys: Option<usize>,
     header_timeout_secs: Option<u64>,
     body_timeout_secs: Option<u64>,
@@ -155,9 +165,15 @@ impl ServeArgs {
         )? {
             server.shutdown_timeout = d;
         }
-        let mut options = Options::default();
+        let mut options = Options {
+            max_replay_millis: DEFAULT_MAX_REPLAY_MILLIS,
+            ..Options::default()
+        };
         if let Some(c) = self.memory_budget_bytes.or(file.memory_budget_bytes) {
             options.memory_budget_bytes = c;
+        }
+        if let Some(m) = self.max_replay_millis.or(file.max_replay_millis) {
+            options.max_replay_millis = m;
         }
         let mut static_dirs = Vec::new();
         for s in &self.static_dirs {

@@ -1,0 +1,651 @@
+//! The engine: the versioned page store over LSVPS (MemIndexTable, index files, caches, the Base/Delta
+//! schedule), the trie states, the roots and tombstone logs; it plans commits, publishes them and flushes.
+
+use super::*;
+
+/// The Base/Delta schedule of one page since the last flush.
+pub(super) struct PageState {
+    /// The page's newest stored record (key version and kind).
+    pub(super) last: (Version, PageKind),
+    /// Slot updates since the last BasePage.
+    pub(super) since_base: u32,
+    /// Stored records from `last` back to its BasePage, both included.
+    pub(super) chain: u32,
+    /// The DeltaPage still growing in the MemIndexTable, if any.
+    pub(super) active: Option<ActiveDelta>,
+}
+
+/// The DeltaPage still growing in the MemIndexTable (its bytes live only there).
+pub(super) struct ActiveDelta {
+    pub(super) first_version: Version,
+    pub(super) updates: u32,
+}
+
+pub(super) type PageCache =
+    quick_cache::sync::Cache<(TrieId, PageId, Version), Arc<Page>, PageWeighter>;
+
+#[derive(Clone)]
+pub(super) struct PageWeighter;
+
+impl quick_cache::Weighter<(TrieId, PageId, Version), Arc<Page>> for PageWeighter {
+    fn weight(&self, _: &(TrieId, PageId, Version), page: &Arc<Page>) -> u64 {
+        u64::from(page.weight()).max(1)
+    }
+}
+
+/// Everything but the value log: LSVPS, caches, trie states. Split from [`Store`] so that recovery can replay
+/// the value log into it.
+pub(super) struct Engine {
+    pub(super) dir: PathBuf,
+    pub(super) opts: Options,
+    /// The MemIndexTable's share of the memory budget: it is flushed when it holds more.
+    pub(super) memtable_limit: usize,
+    pub(super) counters: Arc<Counters>,
+    pub(super) files: Vec<Arc<IndexFile>>,
+    pub(super) mem: MemIndexTable,
+    pub(super) mem_min_version: Option<Version>,
+    /// The MemIndexTable being written as the next index file, if any.
+    pub(super) flushing: Option<Flushing>,
+    pub(super) next_file_no: u64,
+    pub(super) block_cache: Arc<BlockCache>,
+    pub(super) page_cache: PageCache,
+    pub(super) pages: HashMap<(TrieId, PageId), PageState>,
+    pub(super) tries: BTreeMap<TrieId, TrieState>,
+    pub(super) versions: Vec<Version>,
+    pub(super) roots_log: RootsLog,
+    /// Keys deleted at the latest version, with their Delete records: a later Put links to it.
+    pub(super) tombstones: Tombstones,
+    /// `None` only while `open` rebuilds the table of a store written without the log.
+    pub(super) tombstone_log: Option<TombstoneLog>,
+    /// Trie-update and publish time of the commits since the last flush: what a recovery would replay
+    /// ([`Options::max_replay_millis`]).
+    pub(super) unflushed_work: std::time::Duration,
+}
+
+/// A change to the tombstone table made by one commit: `Some(loc)` for a key deleted by the Delete record at
+/// `loc`, `None` for a key put.
+pub(super) type TombstoneChange = (TrieId, KeyPath, Option<Location>);
+
+/// Applies one commit's tombstone changes to the table and, when given, logs the ones that change it.
+pub(super) fn apply_tombstones(
+    table: &mut Tombstones,
+    mut log: Option<&mut TombstoneLog>,
+    version: Version,
+    changes: Vec<TombstoneChange>,
+) {
+    for (tid, path, loc) in changes {
+        match loc {
+            Some(loc) => {
+                table.insert((tid, path), loc);
+                if let Some(log) = log.as_deref_mut() {
+                    log.set(version, tid, &path, loc);
+                }
+            }
+            None => {
+                if table.remove(&(tid, path)).is_some() {
+                    if let Some(log) = log.as_deref_mut() {
+                        log.clear(version, tid, &path);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where the records of a version are looked up.
+pub(super) enum Segment<'a> {
+    File(&'a Arc<IndexFile>),
+    Table(&'a MemIndexTable),
+}
+
+/// A computed but not yet published commit.
+pub(super) struct Plan {
+    pub(super) version: Version,
+    pub(super) tries: Vec<(TrieId, Updated)>,
+    /// What the commit's records change in the tombstone table (filled in by the caller, who has the records).
+    pub(super) tombstones: Vec<TombstoneChange>,
+}
+
+impl PageSource for Engine {
+    fn load(&self, tid: TrieId, id: PageId, version: Version) -> Result<Arc<Page>> {
+        let key = (tid, id, version);
+        if let Some(p) = self.page_cache.get(&key) {
+            Counters::add(&self.counters.page_cache_hits, 1);
+            return Ok(p);
+        }
+        Counters::add(&self.counters.page_cache_misses, 1);
+        let page = Arc::new(self.read_page(tid, id, version)?);
+        self.page_cache.insert(key, page.clone());
+        Ok(page)
+    }
+
+    fn take(&self, tid: TrieId, id: PageId, version: Version) -> Result<Arc<Page>> {
+        if let Some((_, p)) = self.page_cache.remove(&(tid, id, version)) {
+            Counters::add(&self.counters.page_cache_hits, 1);
+            return Ok(p);
+        }
+        Counters::add(&self.counters.page_cache_misses, 1);
+        Ok(Arc::new(self.read_page(tid, id, version)?))
+    }
+
+    fn give_back(&self, tid: TrieId, page: Arc<Page>) {
+        self.page_cache.insert((tid, page.id, page.version), page);
+    }
+}
+
+impl Engine {
+    /// Where records of `version` live: an index file, the table being flushed, or the MemIndexTable. Every
+    /// record of index file `k` has its version in `(max_version of file k-1, max_version of file k]`, the frozen
+    /// table's come after the last file's, the MemIndexTable's after those.
+    pub(super) fn segment(&self, version: Version) -> Segment<'_> {
+        let i = self
+            .files
+            .partition_point(|f| f.meta().max_version < version);
+        match (self.files.get(i), &self.flushing) {
+            (Some(f), _) => Segment::File(f),
+            (None, Some(fl)) if version <= fl.max_version => Segment::Table(&fl.table),
+            (None, _) => Segment::Table(&self.mem),
+        }
+    }
+
+    pub(super) fn floor(&self, key: &PageKey) -> Result<Option<(PageKey, Vec<u8>, PathBuf)>> {
+        match self.segment(key.version) {
+            Segment::File(f) => Ok(f.floor(key)?.map(|(k, v)| (k, v, f.path().to_path_buf()))),
+            Segment::Table(t) => Ok(t
+                .floor(key)
+                .map(|(k, v)| (k, v.to_vec(), self.dir.join("lsvps/memtable")))),
+        }
+    }
+
+    pub(super) fn exact(&self, key: &PageKey) -> Result<Option<(Vec<u8>, PathBuf)>> {
+        match self.segment(key.version) {
+            Segment::File(f) => Ok(f.get(key)?.map(|v| (v, f.path().to_path_buf()))),
+            Segment::Table(t) => Ok(t
+                .get(key)
+                .map(|v| (v.to_vec(), self.dir.join("lsvps/memtable")))),
+        }
+    }
+
+    /// Loads page `id` at exactly `version`: the newest record at or below it, then back along the DeltaPage chain
+    /// to a BasePage, replaying entries up to `version`.
+    pub(super) fn read_page(&self, tid: TrieId, id: PageId, version: Version) -> Result<Page> {
+        let probe = PageKey::new(tid, id, version, PageKind::Delta);
+        let (head_key, bytes, path) = self.floor(&probe)?.ok_or_else(|| {
+            Error::corrupt(
+                self.dir.join("lsvps"),
+                0,
+                format!("page {id:?} of trie {tid} has no record at version {version}"),
+            )
+        })?;
+        let bad = |path: &Path, why: &str| {
+            Error::corrupt(path, 0, format!("page record {id:?} of trie {tid}: {why}"))
+        };
+        let head_rec = PageRecord::decode(&bytes).map_err(|w| bad(&path, w))?;
+        let mut head = match &head_rec {
+            PageRecord::Base { since_base, .. } => Head {
+                key_version: head_key.version,
+                kind: PageKind::Base,
+                since_base: *since_base,
+                delta_updates: 0,
+                chain: 1,
+            },
+            PageRecord::Delta {
+                since_base,
+                entries,
+                ..
+            } => Head {
+                key_version: head_key.version,
+                kind: PageKind::Delta,
+                since_base: *since_base,
+                delta_updates: entries.iter().map(|(_, c)| c.len() as u32).sum(),
+                chain: 1,
+            },
+        };
+        // Walk back to the base; the writer bounds the chain (Tb updates, max_delta_chain records), and a cycle
+        // would be corruption.
+        let mut chain = vec![head_rec];
+        let mut guard = 0u32;
+        let base_slots = loop {
+            let Some(last) = chain.last() else {
+                return Err(bad(&path, "empty chain"));
+            };
+            let prev = match last {
+                PageRecord::Base { slots, .. } => break slots.clone(),
+                PageRecord::Delta { prev: Some(p), .. } => *p,
+                PageRecord::Delta { prev: None, .. } => {
+                    return Err(bad(&path, "delta page without a predecessor"))
+                }
+            };
+            guard += 1;
+            if guard > 1_000_000 {
+                return Err(bad(&path, "delta chain does not end"));
+            }
+            let key = PageKey::new(tid, id, prev.0, prev.1);
+            let (b, p) = self
+                .exact(&key)?
+                .ok_or_else(|| bad(&path, "delta page points at a missing record"))?;
+            chain.push(PageRecord::decode(&b).map_err(|w| bad(&p, w))?);
+        };
+        let mut slots: Vec<(page::SlotNo, Cell)> = base_slots;
+        let mut newest = match chain.last() {
+            Some(PageRecord::Base { version, .. }) => *version,
+            _ => 0,
+        };
+        for rec in chain.iter().rev() {
+            if let PageRecord::Delta { entries, .. } = rec {
+                for (v, changes) in entries {
+                    if *v <= version {
+                        page::apply(&mut slots, changes);
+                        newest = newest.max(*v);
+                    }
+                }
+            }
+        }
+        if newest != version {
+            return Err(bad(
+                &path,
+                &format!("records reach version {newest}, the parent refers to {version}"),
+            ));
+        }
+        head.chain = u32::try_from(chain.len()).unwrap_or(u32::MAX);
+        Page::build(id, version, Some(head), slots).map_err(|w| bad(&path, w))
+    }
+
+    pub(super) fn root_page(&self, tid: TrieId, version: Version) -> Result<Arc<Page>> {
+        if self.versions.last().is_none_or(|l| *l < version) {
+            return Err(Error::VersionNotFound(version));
+        }
+        let t = self.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
+        let i = t.index_at(version).ok_or(Error::UnknownTrie(tid))?;
+        let pv = *t.page_versions.get(i).ok_or(Error::UnknownTrie(tid))?;
+        self.load(tid, PageId::ROOT, pv)
+    }
+
+    pub(super) fn latest_leaf(&self, tid: TrieId, path: &KeyPath) -> Result<Option<Leaf>> {
+        let Some(&v) = self.versions.last() else {
+            return Ok(None);
+        };
+        if !self.tries.contains_key(&tid) {
+            return Ok(None);
+        }
+        let root = self.root_page(tid, v)?;
+        trie::get(self, tid, &root, path)
+    }
+
+    pub(super) fn exact_index(&self, t: &TrieState, version: Version) -> Result<usize> {
+        t.versions
+            .binary_search(&version)
+            .map_err(|_| Error::VersionNotFound(version))
+    }
+
+    pub(super) fn digest(&self, tid: TrieId, version: Version) -> Result<Digest> {
+        let t = self.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
+        let i = self.exact_index(t, version)?;
+        Ok(Digest {
+            tid,
+            version,
+            root: t.roots[i],
+            history_len: t.history.base() + i as u64 + 1,
+            history_root: t.history_roots[i],
+        })
+    }
+
+    /// Computes the trie updates of a commit without publishing anything.
+    pub(super) fn plan(
+        &self,
+        version: Version,
+        writes: &BTreeMap<TrieId, Vec<Write>>,
+    ) -> Result<Plan> {
+        let mut tries = Vec::new();
+        for (&tid, ws) in writes {
+            if ws.is_empty() {
+                continue;
+            }
+            let root = match self.tries.get(&tid).and_then(|t| t.page_versions.last()) {
+                Some(&pv) => Some(self.take(tid, PageId::ROOT, pv)?),
+                None => None,
+            };
+            tries.push((tid, trie::update(self, tid, root, ws, version)?));
+        }
+        Ok(Plan {
+            version,
+            tries,
+            tombstones: Vec::new(),
+        })
+    }
+
+    /// The Commit record's payload: every trie's root after the plan. Replay recomputes and compares it.
+    pub(super) fn payload(&self, plan: &Plan) -> Vec<u8> {
+        let mut roots: BTreeMap<TrieId, Hash> = self
+            .tries
+            .iter()
+            .filter_map(|(t, s)| s.roots.last().map(|r| (*t, *r)))
+            .collect();
+        for (tid, u) in &plan.tries {
+            roots.insert(*tid, u.root);
+        }
+        let mut out = Vec::with_capacity(4 + roots.len() * 36);
+        out.extend_from_slice(&(roots.len() as u32).to_le_bytes());
+        for (tid, root) in roots {
+            out.extend_from_slice(&tid.to_le_bytes());
+            out.extend_from_slice(&root.0);
+        }
+        out
+    }
+
+    /// Publishes a durable commit: page records, caches, roots, history; flushes when the MemIndexTable is full.
+    /// `started`: when the commit's trie update began (less any time, like the fsync, that a replay does not
+    /// repeat); the work until the end of the publish counts towards [`Options::max_replay_millis`].
+    pub(super) fn apply(&mut self, plan: Plan, end: Position, started: Instant) -> Result<()> {
+        self.poll_flush()?;
+        let version = plan.version;
+        let mut new_roots: BTreeMap<TrieId, (Hash, Version)> = BTreeMap::new();
+        for (tid, u) in plan.tries {
+            let mut root_version = None;
+            for pw in u.pages {
+                let is_root = pw.new.id == PageId::ROOT;
+                let v = self.persist_page(tid, pw, version)?;
+                if is_root {
+                    root_version = Some(v);
+                }
+            }
+            // An unchanged root page keeps its version.
+            let pv = match root_version {
+                Some(v) => v,
+                None => self
+                    .tries
+                    .get(&tid)
+                    .and_then(|t| t.page_versions.last().copied())
+                    .unwrap_or(version),
+            };
+            new_roots.insert(tid, (u.root, pv));
+        }
+        for tid in new_roots.keys() {
+            self.tries.entry(*tid).or_default();
+        }
+        let tids: Vec<TrieId> = self.tries.keys().copied().collect();
+        for tid in tids {
+            let (root, pv) = match new_roots.get(&tid) {
+                Some(x) => *x,
+                None => {
+                    let t = &self.tries[&tid];
+                    match (t.roots.last(), t.page_versions.last()) {
+                        (Some(r), Some(p)) => (*r, *p),
+                        _ => continue,
+                    }
+                }
+            };
+            if let Some(t) = self.tries.get_mut(&tid) {
+                t.push(tid, version, root, pv);
+            }
+            self.roots_log.push(&RootEntry {
+                version,
+                tid,
+                root,
+                page_version: pv,
+            });
+        }
+        self.versions.push(version);
+        let mut n = self.roots_log.write()?;
+        apply_tombstones(
+            &mut self.tombstones,
+            self.tombstone_log.as_mut(),
+            version,
+            plan.tombstones,
+        );
+        if let Some(log) = &mut self.tombstone_log {
+            n += log.write()?;
+        }
+        Counters::add(&self.counters.bytes_written, n);
+        // A flush bounds what a recovery replays: the MemIndexTable's size, and the commit work since the last
+        // flush, which a replay after a crash redoes at about the same speed.
+        self.unflushed_work += started.elapsed();
+        let replay_bound = std::time::Duration::from_millis(self.opts.max_replay_millis);
+        if self.mem.bytes() >= self.memtable_limit || self.unflushed_work >= replay_bound {
+            self.flush(end)?;
+        }
+        Ok(())
+    }
+
+    /// Stores one page write as a BasePage or DeltaPage in the MemIndexTable; returns the page's version after
+    /// it (the old version when nothing changed).
+    pub(super) fn persist_page(
+        &mut self,
+        tid: TrieId,
+        pw: PageWrite,
+        version: Version,
+    ) -> Result<Version> {
+        let PageWrite {
+            old,
+            new: mut page,
+            changes,
+        } = pw;
+        if let Some(old) = &old {
+            if changes.is_empty() {
+                return Ok(old.version);
+            }
+        }
+        let id = page.id;
+        let key = (tid, id);
+        // A page that did not exist before (or reappears after collapsing) always starts with a BasePage: a delta
+        // must apply to exactly the previous state of the same page.
+        let previous = self.pages.remove(&key);
+        let state = match &old {
+            None => None,
+            Some(old) => previous.or_else(|| {
+                old.head.map(|h| PageState {
+                    last: (h.key_version, h.kind),
+                    since_base: h.since_base,
+                    chain: h.chain,
+                    active: None,
+                })
+            }),
+        };
+        let n = changes.len() as u32;
+        let head;
+        // A delta continues the active DeltaPage while it has room for Td updates, or starts a new one while the
+        // chain has room; otherwise (and for a new page, or Tb updates after the last BasePage) a BasePage.
+        let delta = match state {
+            Some(mut s) if s.since_base + n < self.opts.base_threshold => match s.active.take() {
+                Some(mut a) if a.updates + n <= self.opts.delta_threshold => {
+                    a.updates += n;
+                    Some((s, a, None))
+                }
+                _ if s.chain <= self.opts.max_delta_chain => {
+                    let a = ActiveDelta {
+                        first_version: version,
+                        updates: n,
+                    };
+                    let prev = Some(s.last);
+                    s.chain += 1;
+                    Some((s, a, Some(prev)))
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let new_state = match delta {
+            Some((s, active, start)) => {
+                let since = s.since_base + n;
+                let key = PageKey::new(tid, id, active.first_version, PageKind::Delta);
+                let bytes = match start {
+                    Some(prev) => {
+                        page::encode_delta(active.first_version, since, prev, &[(version, changes)])
+                    }
+                    None => {
+                        let current = self.mem.get(&key).ok_or_else(|| {
+                            Error::corrupt(
+                                self.dir.join("lsvps/memtable"),
+                                0,
+                                "the growing DeltaPage is missing",
+                            )
+                        })?;
+                        page::extend_delta(&current, since, version, &changes)
+                            .map_err(|w| Error::corrupt(self.dir.join("lsvps/memtable"), 0, w))?
+                    }
+                };
+                self.mem_insert(key, bytes, version);
+                head = Head {
+                    key_version: active.first_version,
+                    kind: PageKind::Delta,
+                    since_base: since,
+                    delta_updates: active.updates,
+                    chain: s.chain,
+                };
+                PageState {
+                    last: (active.first_version, PageKind::Delta),
+                    since_base: since,
+                    chain: s.chain,
+                    active: Some(active),
+                }
+            }
+            // A new page, or Tb updates since the last checkpoint: write a BasePage.
+            _ => {
+                self.mem_insert(
+                    PageKey::new(tid, id, version, PageKind::Base),
+                    page::encode_base(version, 0, page.cells()),
+                    version,
+                );
+                head = Head {
+                    key_version: version,
+                    kind: PageKind::Base,
+                    since_base: 0,
+                    delta_updates: 0,
+                    chain: 1,
+                };
+                PageState {
+                    last: (version, PageKind::Base),
+                    since_base: 0,
+                    chain: 1,
+                    active: None,
+                }
+            }
+        };
+        self.pages.insert(key, new_state);
+        page.head = Some(head);
+        // The superseded version is rarely read again (only by historical reads, which reload it); keeping the cache
+        // for latest versions is what makes the next commits and reads cheap.
+        if let Some(old) = &old {
+            self.page_cache.remove(&(tid, id, old.version));
+        }
+        self.page_cache.insert((tid, id, version), Arc::new(page));
+        Ok(version)
+    }
+
+    pub(super) fn mem_insert(&mut self, key: PageKey, bytes: Vec<u8>, version: Version) {
+        self.mem_min_version = Some(self.mem_min_version.map_or(version, |m| m.min(version)));
+        self.mem.insert(key, bytes);
+    }
+
+    /// Freezes the MemIndexTable and writes it as index file `next_file_no` on a background thread: roots log
+    /// fsync (here, before anything else), then, in the background, write + fsync a temporary file, rename,
+    /// directory fsync. Every active DeltaPage is frozen by this. Until the file is installed, reads find its records
+    /// in the frozen table; a previous flush still running is waited for first, so at most one runs (the commit
+    /// that fills a second MemIndexTable before the first is written waits: backpressure, not unbounded memory).
+    pub(super) fn flush(&mut self, end: Position) -> Result<()> {
+        self.finish_flush()?;
+        let (Some(min), Some(&max)) = (self.mem_min_version, self.versions.last()) else {
+            return Ok(());
+        };
+        let mut n = self.roots_log.sync()?;
+        if let Some(log) = &mut self.tombstone_log {
+            n += log.sync_flushed(max)?;
+        }
+        Counters::add(&self.counters.bytes_written, n);
+        let table = Arc::new(std::mem::take(&mut self.mem));
+        self.mem_min_version = None;
+        self.unflushed_work = std::time::Duration::ZERO;
+        self.pages.clear();
+        let no = self.next_file_no;
+        self.next_file_no += 1;
+        let meta = FileMeta {
+            min_version: min,
+            max_version: max,
+            replay_from: (end.file_id, end.offset),
+            records: table.len() as u64,
+        };
+        let dir = self.dir.join("lsvps");
+        let (counters, block_cache, frozen) = (
+            self.counters.clone(),
+            self.block_cache.clone(),
+            table.clone(),
+        );
+        let handle = std::thread::Builder::new()
+            .name(format!("letus-flush-{no}"))
+            .spawn(move || write_index_file(&dir, no, &frozen, &meta, counters, block_cache))
+            .map_err(|e| Error::io(&self.dir, e))?;
+        self.flushing = Some(Flushing {
+            table,
+            max_version: max,
+            handle,
+        });
+        Ok(())
+    }
+
+    /// Waits for the background flush, if any, and installs its index file.
+    pub(super) fn finish_flush(&mut self) -> Result<()> {
+        let Some(f) = self.flushing.take() else {
+            return Ok(());
+        };
+        let file = f.handle.join().map_err(|_| {
+            Error::io(
+                &self.dir,
+                std::io::Error::other("the flush thread panicked"),
+            )
+        })??;
+        self.files.push(Arc::new(file));
+        Ok(())
+    }
+
+    /// Installs the background flush's index file if it is done (never waits).
+    pub(super) fn poll_flush(&mut self) -> Result<()> {
+        if self
+            .flushing
+            .as_ref()
+            .is_some_and(|f| f.handle.is_finished())
+        {
+            self.finish_flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `table` as index file `no` in `dir`: a temporary file written and fsynced, renamed, the directory
+/// fsynced; then opens it. A crash before the rename leaves a `.tmp` file that the next open deletes; the value
+/// log still holds everything the file would have (its `replay_from` is not yet the newest).
+pub(super) fn write_index_file(
+    dir: &Path,
+    no: u64,
+    table: &MemIndexTable,
+    meta: &FileMeta,
+    counters: Arc<Counters>,
+    block_cache: Arc<BlockCache>,
+) -> Result<IndexFile> {
+    let tmp = dir.join(format!("{no:06}.idx.tmp"));
+    let fin = dir.join(format!("{no:06}.idx"));
+    let mut w = IndexFileWriter::create(&tmp, counters.clone())?;
+    table.write_to(&mut w)?;
+    w.finish(meta)?;
+    std::fs::rename(&tmp, &fin).map_err(|e| Error::io(&fin, e))?;
+    sync_dir(dir)?;
+    IndexFile::open(&fin, no, counters, block_cache)
+}
+
+/// A MemIndexTable being written as an index file by a background thread.
+pub(super) struct Flushing {
+    /// The frozen table, read by lookups until the file is installed.
+    pub(super) table: Arc<MemIndexTable>,
+    /// The highest version its records may have.
+    pub(super) max_version: Version,
+    pub(super) handle: std::thread::JoinHandle<Result<IndexFile>>,
+}
+
+impl Drop for Engine {
+    /// A store dropped while a flush runs waits for it: the directory lock is released with the store, and another
+    /// opener must not find a half-written temporary file it would delete under the writer.
+    fn drop(&mut self) {
+        if let Some(f) = self.flushing.take() {
+            let _ = f.handle.join();
+        }
+    }
+}

@@ -1,0 +1,762 @@
+//! The store: staging, durable commits, recovery, and reads, proofs, digests and verification at any version.
+//!
+//! ## Commit protocol (details and the crash argument in FORMAT.md)
+//! 1. Every staged put/delete is appended to the value log (VDLS) as a record carrying the location of the key's
+//!    previous record.
+//! 2. The trie update is computed in memory (new page versions, new roots); nothing is published yet.
+//! 3. A Commit record with every trie's new root is appended and the log is fsynced: from here the version is
+//!    durable, and `commit` may return.
+//! 4. Page changes go to the MemIndexTable as DeltaPages/BasePages, the new pages to the page cache, the roots to
+//!    the roots log; when the MemIndexTable is large it is flushed as an immutable index file.
+//!
+//! Recovery opens the index files, takes the roots log up to the newest flushed version, and replays the value
+//! log's complete commit groups after that point through the same code path, checking that every replayed
+//! version reproduces the roots its Commit record names. What it replays is bounded by
+//! [`Options::max_replay_millis`] of commit work.
+//!
+//! ## Readers and the writer
+//! The engine sits behind a lock that readers ([`Snapshot`], the store's `&self` methods) share. A commit reads
+//! it for step 2 (beside readers), holds nothing for step 3 (the value log's read side is shared, and a file's
+//! committed length is published only after its fsync), and takes it exclusively for step 4 only, which is
+//! memory work. A snapshot pins a version; everything it reads at or below that version is immutable (records
+//! are only added, a growing DeltaPage only gains newer versions), so reads need no more than that.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Instant;
+
+use letus_verify::hash::{leaf_hash, value_hash};
+use letus_verify::history::{ConsistencyProof, InclusionProof};
+use letus_verify::{Digest, Hash, HistoryTree, KeyPath, Proof, TrieId, Version, EMPTY};
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::fsutil::{lock_dir, sync_dir};
+use crate::history_base::{self, Frontier};
+use crate::lsvps::{
+    BlockCache, FileMeta, IndexFile, IndexFileWriter, MemIndexTable, PageId, PageKey, PageKind,
+};
+use crate::metrics::{self, Counters};
+use crate::options::Options;
+use crate::roots_log::{RootEntry, RootsLog};
+use crate::tombstones::{TombstoneLog, Tombstones};
+use crate::trie::page::{self, Child, Head, Page, Record as PageRecord, Root};
+use crate::trie::{self, Cell, Leaf, PageSource, PageWrite, Updated, Write};
+use crate::vdls::{put_record_len, Location, Position, Record, Vdls, VdlsOptions, VdlsReader};
+
+/// The read API, the same on [`Store`] (latest version) and [`Snapshot`] (its version).
+macro_rules! reads {
+    ($($(#[$m:meta])* fn $name:ident(&self $(, $arg:ident : $ty:ty)*) -> $ret:ty;)*) => {
+        $( $(#[$m])* pub fn $name(&self $(, $arg: $ty)*) -> $ret { self.view(|v| v.$name($($arg),*)) } )*
+    };
+}
+
+macro_rules! read_api {
+    () => {
+        reads! {
+            /// The last committed version (of a snapshot: its version).
+            fn latest_version(&self) -> Option<Version>;
+            /// Whether `version` was committed (and, for a snapshot, is not above its version).
+            fn has_version(&self, version: Version) -> bool;
+            /// Every committed version, oldest first.
+            fn versions(&self) -> Vec<Version>;
+            /// The tries that exist at the latest version.
+            fn tries(&self) -> Vec<TrieId>;
+            /// The value of `key` in trie `tid` as of `version` (the newest commit at or below it).
+            fn get(&self, tid: TrieId, version: Version, key: &[u8]) -> Result<Option<Vec<u8>>>;
+            /// The value of `key` at the latest version.
+            fn get_latest(&self, tid: TrieId, key: &[u8]) -> Result<Option<Vec<u8>>>;
+            /// The values of many keys (a block's access list) at `version`, loading pages and values in parallel.
+            fn get_many(&self, tid: TrieId, version: Version, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>>;
+            /// The value of `key` at `version` and its inclusion or exclusion proof (SPEC.md §5).
+            fn get_proof(&self, tid: TrieId, version: Version, key: &[u8]) -> Result<(Option<Vec<u8>>, Proof)>;
+            /// The values of `keys` at `version` and one multi-proof for all of them.
+            fn get_multi_proof(&self, tid: TrieId, version: Version, keys: &[&[u8]]) -> Result<(Vec<Option<Vec<u8>>>, Proof)>;
+            /// The digest of trie `tid` at exactly the committed `version`.
+            fn digest(&self, tid: TrieId, version: Version) -> Result<Digest>;
+            /// Digests of every trie at the latest version.
+            fn latest_digests(&self) -> Result<Vec<Digest>>;
+            /// Proof that trie `tid`'s entry at `version` is in its history as of `at` (SPEC.md §8.2).
+            fn history_inclusion_proof(&self, tid: TrieId, version: Version, at: Version) -> Result<InclusionProof>;
+            /// Proof that trie `tid`'s history at `from` is a prefix of its history at `to` (SPEC.md §8.3).
+            fn history_consistency_proof(&self, tid: TrieId, from: Version, to: Version) -> Result<ConsistencyProof>;
+            /// The frontier of trie `tid`'s history just before its entry at `version` (size and peaks, SPEC.md
+            /// §8): what a store that imports the state of `version` needs ([`Store::set_history_base`]) so that
+            /// its digests carry this store's history commitment.
+            fn history_frontier(&self, tid: TrieId, version: Version) -> Result<Frontier>;
+            /// Full verification: reads every value of trie `tid` at `version`, recomputes every node hash up to
+            /// the root, checks every stored page hash on the way, and compares the root with `comm`. The first
+            /// mismatch is reported as an error naming where it is.
+            fn verify_full(&self, tid: TrieId, version: Version, comm: &Hash) -> Result<FullVerification>;
+            /// `verify_full`, calling `progress` with the number of keys verified so far (every 4096 keys and at
+            /// the end).
+            fn verify_full_with_progress(&self, tid: TrieId, version: Version, comm: &Hash, progress: &mut dyn FnMut(u64)) -> Result<FullVerification>;
+            /// The writes of `key` in trie `tid` (newest first): every Put, and every Delete of the key while it
+            /// existed, walking the value log's back-links from the key's leaf at the latest version, or from its
+            /// Delete record when it is deleted now. A Put of the value the key already had is a write and is
+            /// listed; a delete of an absent key writes nothing and is not.
+            ///
+            /// At most `limit` entries. `before` continues an earlier answer: pass its [`HistoryPage::next`] to get
+            /// the entries older than the last one it returned. Anything else that is not the version of one of the
+            /// key's entries is [`Error::InvalidCursor`].
+            fn history(&self, tid: TrieId, key: &[u8], before: Option<Version>, limit: usize) -> Result<HistoryPage>;
+        }
+    };
+}
+
+mod engine;
+mod snapshot;
+mod trie_state;
+mod view;
+
+use engine::*;
+use snapshot::*;
+pub use snapshot::{Reader, Snapshot};
+use trie_state::*;
+use view::*;
+
+/// The result of [`Store::verify_full`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FullVerification {
+    /// The recomputed root, equal to the trusted one.
+    pub root: Hash,
+    /// Keys whose values were read and hashed.
+    pub keys: u64,
+    /// Pages whose stored hashes were checked.
+    pub pages: u64,
+}
+
+/// The engine's memory by use (see [`Store::memory`]). The caches are bounded by their shares of the budget; the
+/// MemIndexTable is flushed when it passes its share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Decoded pages in the page cache, by their cache weight (their heap footprint).
+    pub page_cache_bytes: u64,
+    /// Pages in the page cache.
+    pub page_cache_pages: u64,
+    /// Index blocks in the block cache.
+    pub block_cache_bytes: u64,
+    /// Page records not yet flushed to an index file.
+    pub memtable_bytes: u64,
+    /// The budget.
+    pub budget_bytes: u64,
+}
+
+/// One entry of a key's history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryEntry {
+    /// The version that wrote it.
+    pub version: Version,
+    /// The value, or `None` for a delete.
+    pub value: Option<Vec<u8>>,
+}
+
+/// One answer of [`Store::history`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryPage {
+    /// Newest first.
+    pub entries: Vec<HistoryEntry>,
+    /// Set when older entries exist: pass it as `before` to get them.
+    pub next: Option<Version>,
+}
+
+/// Staged changes of the next version: `(tid, path) -> (key, value or None for a delete)`.
+type Staged = BTreeMap<(TrieId, KeyPath), (Vec<u8>, Option<Vec<u8>>)>;
+
+/// A letus store: several tries, every version kept, durable commits.
+///
+/// One writer (`&mut Store`: staging and commits) and any number of readers: the store's own `&self` methods, and
+/// [`Snapshot`]s ([`Store::snapshot`], [`Reader`]) that other threads hold while commits go on. A commit computes
+/// its trie update and writes and fsyncs its value-log group while readers read; it takes the engine exclusively
+/// only to publish the result (page records, caches, roots), which is memory work.
+pub struct Store {
+    shared: Arc<Shared>,
+    replayed: Replayed,
+    dir: PathBuf,
+    counters: Arc<Counters>,
+    vdls: Vdls,
+    staged: Staged,
+    poisoned: bool,
+    _lock: File,
+}
+
+/// What [`Store::open`] replayed from the value log (the commits after the newest index file).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replayed {
+    /// Commits replayed.
+    pub versions: u64,
+    /// Their puts and deletes.
+    pub updates: u64,
+}
+
+const LOCK_FILE: &str = "LOCK";
+
+impl Store {
+    /// Opens the store in `dir` (created if missing), recovering from any crash: the store comes back at its last
+    /// committed version with exactly its roots.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let lock = lock_dir(&dir, LOCK_FILE)?;
+        let counters = Arc::new(Counters::default());
+        let split = opts.memory_split();
+        let block_cache = Arc::new(BlockCache::new(split.block_cache_bytes));
+
+        // LSVPS: every complete index file; temporary files are flushes that never finished.
+        let lsvps_dir = dir.join("lsvps");
+        std::fs::create_dir_all(&lsvps_dir).map_err(|e| Error::io(&lsvps_dir, e))?;
+        let mut numbered = Vec::new();
+        for entry in std::fs::read_dir(&lsvps_dir).map_err(|e| Error::io(&lsvps_dir, e))? {
+            let path = entry.map_err(|e| Error::io(&lsvps_dir, e))?.path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_string();
+            if name.ends_with(".tmp") {
+                std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+                continue;
+            }
+            if let Some(no) = name
+                .strip_suffix(".idx")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                numbered.push((no, path));
+            }
+        }
+        sync_dir(&lsvps_dir)?;
+        numbered.sort();
+        let mut files: Vec<Arc<IndexFile>> = Vec::new();
+        for (i, (no, path)) in numbered.iter().enumerate() {
+            // Flushes number their files 1, 2, 3, ... (a flush that never finished leaves only a `.tmp`, and its
+            // number is used again), and each file holds the versions after the previous one's: a gap or an
+            // overlap means a file was lost or put back, and its versions would be looked up in the wrong file.
+            if *no != i as u64 + 1 {
+                return Err(Error::corrupt(
+                    &lsvps_dir,
+                    0,
+                    format!(
+                        "index file {:06}.idx is missing (the next one present is {no:06}.idx)",
+                        i + 1
+                    ),
+                ));
+            }
+            let file = IndexFile::open(path, *no, counters.clone(), block_cache.clone())?;
+            if let Some(prev) = files.last() {
+                if file.meta().max_version <= prev.meta().max_version {
+                    return Err(Error::corrupt(
+                        path,
+                        0,
+                        format!(
+                            "index file {no:06}.idx ends at version {}, not after the previous file's {}",
+                            file.meta().max_version,
+                            prev.meta().max_version
+                        ),
+                    ));
+                }
+            }
+            files.push(Arc::new(file));
+        }
+        let flushed = files.last().map(|f| f.meta().max_version);
+        let replay_from = files.last().map_or(Position::START, |f| Position {
+            file_id: f.meta().replay_from.0,
+            offset: f.meta().replay_from.1,
+        });
+
+        let (roots_log, entries) = RootsLog::open(&dir, flushed)?;
+        // A store written before the tombstone log existed has its table rebuilt from the whole value log: the
+        // groups up to `flushed` only update the table, the later ones are replayed as usual.
+        let (tombstone_log, tombstones, replay_from) = match TombstoneLog::open(&dir, flushed)? {
+            Some((log, table)) => (Some(log), table, replay_from),
+            None => (None, Tombstones::new(), Position::START),
+        };
+        let mut tries: BTreeMap<TrieId, TrieState> = BTreeMap::new();
+        for (tid, (size, peaks)) in history_base::read(&dir)? {
+            let history = HistoryTree::from_frontier(size, peaks).map_err(|e| {
+                Error::corrupt(dir.join("history_base"), 0, format!("trie {tid}: {e}"))
+            })?;
+            tries.insert(
+                tid,
+                TrieState {
+                    history,
+                    ..TrieState::default()
+                },
+            );
+        }
+        let mut versions: Vec<Version> = Vec::new();
+        for e in &entries {
+            tries
+                .entry(e.tid)
+                .or_default()
+                .push(e.tid, e.version, e.root, e.page_version);
+            if versions.last() != Some(&e.version) {
+                versions.push(e.version);
+            }
+        }
+        let page_cache = PageCache::with_weighter(
+            (split.page_cache_bytes / 4096).max(16) as usize,
+            split.page_cache_bytes.max(1),
+            PageWeighter,
+        );
+        let mut engine = Engine {
+            dir: dir.clone(),
+            next_file_no: numbered.last().map_or(1, |(n, _)| n + 1),
+            opts: opts.clone(),
+            memtable_limit: split.memtable_bytes,
+            counters: counters.clone(),
+            files,
+            mem: MemIndexTable::new(),
+            mem_min_version: None,
+            flushing: None,
+            block_cache,
+            page_cache,
+            pages: HashMap::new(),
+            tries,
+            versions,
+            roots_log,
+            tombstones,
+            tombstone_log,
+            unflushed_work: std::time::Duration::ZERO,
+        };
+
+        // Replay the value log's complete commits after the flushed state.
+        let mut pending: BTreeMap<TrieId, Vec<Write>> = BTreeMap::new();
+        let mut pending_tombstones: Vec<TombstoneChange> = Vec::new();
+        // (versions, updates) replayed from the value log.
+        let mut replayed = (0u64, 0u64);
+        let vdls_opts = VdlsOptions {
+            file_bytes: opts.vdls_file_bytes,
+            sync: opts.sync,
+        };
+        let vdls = Vdls::open(
+            &dir.join("vdls"),
+            vdls_opts,
+            counters,
+            replay_from,
+            |loc, rec| {
+                match rec {
+                    Record::Put {
+                        version,
+                        tid,
+                        key,
+                        value,
+                        ..
+                    } => {
+                        let path = KeyPath::of(key);
+                        let leaf = Leaf::new(path, value_hash(value), *version, loc);
+                        pending.entry(*tid).or_default().push(Write {
+                            path,
+                            leaf: Some(leaf),
+                        });
+                        pending_tombstones.push((*tid, path, None));
+                    }
+                    Record::Delete { tid, key, .. } => {
+                        pending.entry(*tid).or_default().push(Write {
+                            path: KeyPath::of(key),
+                            leaf: None,
+                        });
+                        pending_tombstones.push((*tid, KeyPath::of(key), Some(loc)));
+                    }
+                    Record::Commit { version, payload } => {
+                        let changes = std::mem::take(&mut pending_tombstones);
+                        if engine.tombstone_log.is_none() {
+                            if flushed.is_some_and(|f| *version <= f) {
+                                // Rebuilding the table: this version's pages and roots are already flushed.
+                                pending.clear();
+                                apply_tombstones(&mut engine.tombstones, None, *version, changes);
+                                return Ok(());
+                            }
+                            engine.tombstone_log =
+                                Some(TombstoneLog::create(&dir, flushed, &engine.tombstones)?);
+                        }
+                        let mut writes = std::mem::take(&mut pending);
+                        for w in writes.values_mut() {
+                            w.sort_by_key(|w| w.path);
+                            // A commit never logs a key twice; the trie update relies on unique paths (two leaves
+                            // with one path would never separate), so a group that does is corrupt.
+                            if w.windows(2).any(|p| p[0].path == p[1].path) {
+                                return Err(Error::corrupt(
+                                    dir.join("vdls"),
+                                    loc.offset,
+                                    format!(
+                                        "the commit group of version {version} writes a key twice"
+                                    ),
+                                ));
+                            }
+                        }
+                        if engine.versions.last().is_some_and(|l| *l >= *version) {
+                            return Err(Error::corrupt(
+                            dir.join("vdls"),
+                            loc.offset,
+                            format!("commit record for version {version} is not above the previous one"),
+                        ));
+                        }
+                        let started = Instant::now();
+                        let mut plan = engine.plan(*version, &writes)?;
+                        plan.tombstones = changes;
+                        let expected = engine.payload(&plan);
+                        if expected != *payload {
+                            return Err(Error::corrupt(
+                            dir.join("vdls"),
+                            loc.offset,
+                            format!("replaying version {version} does not reproduce the roots its commit record names"),
+                        ));
+                        }
+                        let end = Position {
+                            file_id: loc.file_id,
+                            offset: loc.offset + u64::from(loc.len),
+                        };
+                        engine.apply(plan, end, started)?;
+                        replayed.0 += 1;
+                        replayed.1 += writes.values().map(|w| w.len() as u64).sum::<u64>();
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        if engine.tombstone_log.is_none() {
+            engine.tombstone_log = Some(TombstoneLog::create(&dir, flushed, &engine.tombstones)?);
+        }
+        let read_pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(opts.read_threads.max(1))
+            .thread_name(|i| format!("letus-read-{i}"))
+            .build()
+            .map_err(|e| Error::io(&dir, std::io::Error::other(e)))?;
+        Ok(Store {
+            replayed: Replayed {
+                versions: replayed.0,
+                updates: replayed.1,
+            },
+            dir: engine.dir.clone(),
+            counters: engine.counters.clone(),
+            shared: Arc::new(Shared {
+                engine: RwLock::new(engine),
+                vdls: vdls.reader().clone(),
+                read_pool,
+            }),
+            vdls,
+            staged: BTreeMap::new(),
+            poisoned: false,
+            _lock: lock,
+        })
+    }
+
+    read_api!();
+
+    fn view<R>(&self, f: impl FnOnce(&View<'_>) -> R) -> R {
+        self.shared.view(None, f)
+    }
+
+    /// What this open replayed from the value log: bounded by [`Options::max_replay_millis`] of commit work.
+    pub fn replayed(&self) -> Replayed {
+        self.replayed
+    }
+
+    /// A snapshot of the latest committed version, for reads on other threads while this store commits.
+    pub fn snapshot(&self) -> Snapshot {
+        self.reader().snapshot()
+    }
+
+    /// A handle that takes snapshots from any thread.
+    pub fn reader(&self) -> Reader {
+        Reader {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Every `(key, value)` of trie `tid` at `version`, in path order; returns the count.
+    pub fn for_each_pair(
+        &self,
+        tid: TrieId,
+        version: Version,
+        f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<u64> {
+        self.view(|v| v.for_each_pair(tid, version, f))
+    }
+
+    /// The engine for the writer: a panic in an earlier publish poisoned it, and the store must be reopened.
+    fn engine_mut(&self) -> Result<RwLockWriteGuard<'_, Engine>> {
+        self.shared.engine.write().map_err(|_| Error::Poisoned)
+    }
+
+    /// Stages `key = value` in trie `tid` for the next commit.
+    pub fn put(&mut self, tid: TrieId, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_sizes(key, Some(value))?;
+        self.staged.insert(
+            (tid, KeyPath::of(key)),
+            (key.to_vec(), Some(value.to_vec())),
+        );
+        Ok(())
+    }
+
+    /// Stages the deletion of `key` in trie `tid` for the next commit.
+    pub fn delete(&mut self, tid: TrieId, key: &[u8]) -> Result<()> {
+        self.check_sizes(key, None)?;
+        self.staged
+            .insert((tid, KeyPath::of(key)), (key.to_vec(), None));
+        Ok(())
+    }
+
+    /// Whether a failed commit left the store unusable until it is reopened. A commit that fails this way may
+    /// already be durable (it failed after its Commit record was fsynced, e.g. in an index flush): reopening
+    /// recovers exactly what is on disk. A commit refused before anything was written (a version not above the
+    /// last one) does not poison.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Drops every staged change.
+    pub fn discard_staged(&mut self) {
+        self.staged.clear();
+    }
+
+    /// Number of staged changes.
+    pub fn staged_len(&self) -> usize {
+        self.staged.len()
+    }
+
+    fn check_sizes(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        let e = self.shared.engine();
+        let o = &e.opts;
+        if key.len() > o.max_key_bytes {
+            return Err(Error::TooLarge {
+                what: "key",
+                size: key.len(),
+                limit: o.max_key_bytes,
+            });
+        }
+        if let Some(v) = value {
+            if v.len() > o.max_value_bytes {
+                return Err(Error::TooLarge {
+                    what: "value",
+                    size: v.len(),
+                    limit: o.max_value_bytes,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits the staged changes as `version` (strictly above the last one). When this returns `Ok`, the version
+    /// survives any crash. Returns the digest of every trie at `version`.
+    pub fn commit(&mut self, version: Version) -> Result<Vec<Digest>> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        if let Some(last) = self.latest_version() {
+            if version <= last {
+                return Err(Error::VersionNotIncreasing {
+                    requested: version,
+                    last,
+                });
+            }
+        }
+        let started = Instant::now();
+        let staged = std::mem::take(&mut self.staged);
+        let updates = staged.len() as u64;
+        let result = self.commit_staged(version, staged);
+        if result.is_err() {
+            // The log may hold records of this failed commit, or an fsync may have failed: the only safe state is
+            // the one recovery reconstructs from disk.
+            self.vdls.abort();
+            self.poisoned = true;
+        }
+        let digests = result?;
+        Counters::add(&self.counters.commits, 1);
+        Counters::add(&self.counters.updates, updates);
+        Counters::add(
+            &self.counters.commit_micros,
+            started.elapsed().as_micros() as u64,
+        );
+        Ok(digests)
+    }
+
+    fn commit_staged(&mut self, version: Version, staged: Staged) -> Result<Vec<Digest>> {
+        // A record's length does not depend on its link to the key's previous record, so every Put gets its
+        // value-log location before the trie is walked: one walk then both builds the new leaves and finds the
+        // previous records (a separate lookup walk per key cost as much as the update itself).
+        let put_lens: Vec<u32> = staged
+            .iter()
+            .filter_map(|(_, (k, v))| v.as_ref().map(|v| put_record_len(k.len(), v.len())))
+            .collect();
+        let locs = self.vdls.next_locations(&put_lens)?;
+        let shared = self.shared.clone();
+        let started = Instant::now();
+        // The trie update is computed while readers read (the engine is only read here; nothing else writes it:
+        // this store is the one writer).
+        let (mut plan, prevs, payload, dir) = {
+            let engine = shared.engine();
+            let dir = engine.dir.clone();
+            let mut next_loc = locs.iter();
+            let mut writes: BTreeMap<TrieId, Vec<Write>> = BTreeMap::new();
+            for ((tid, path), (_, value)) in &staged {
+                let leaf = match value {
+                    Some(v) => {
+                        let loc = *next_loc.next().ok_or_else(|| {
+                            Error::corrupt(dir.join("vdls"), 0, "too few locations")
+                        })?;
+                        Some(Leaf::new(*path, value_hash(v), version, loc))
+                    }
+                    // Deleting in a trie that does not exist changes nothing (and must not create the trie).
+                    None if !engine.tries.contains_key(tid) => continue,
+                    None => None,
+                };
+                writes
+                    .entry(*tid)
+                    .or_default()
+                    .push(Write { path: *path, leaf });
+            }
+            let plan = engine.plan(version, &writes)?;
+            let mut prevs: HashMap<(TrieId, KeyPath), (Location, bool)> = HashMap::new();
+            for (tid, u) in &plan.tries {
+                prevs.extend(u.prevs.iter().map(|(p, l)| ((*tid, *p), (*l, false))));
+            }
+            // A key put again after a delete links to its Delete record, so its history goes on past it.
+            for ((tid, path), (_, value)) in &staged {
+                if value.is_some() && !prevs.contains_key(&(*tid, *path)) {
+                    if let Some(l) = engine.tombstones.get(&(*tid, *path)) {
+                        prevs.insert((*tid, *path), (*l, true));
+                    }
+                }
+            }
+            let payload = engine.payload(&plan);
+            (plan, prevs, payload, dir)
+        };
+        // Puts in the order their locations were given, then the deletes of keys that existed (deleting an
+        // absent key changes nothing and is not logged).
+        let mut deletes = Vec::new();
+        let mut tombstones = Vec::new();
+        let mut expected = locs.into_iter();
+        for ((tid, path), (key, value)) in staged {
+            let link = prevs.get(&(tid, path)).copied();
+            let prev = link.map(|(l, _)| l);
+            if value.is_some() && link.is_some_and(|(_, from_tombstone)| from_tombstone) {
+                tombstones.push((tid, path, None));
+            }
+            match value {
+                Some(value) => {
+                    let loc = self.vdls.append(&Record::Put {
+                        version,
+                        tid,
+                        key,
+                        value,
+                        prev,
+                    })?;
+                    if expected.next() != Some(loc) {
+                        return Err(Error::corrupt(
+                            dir.join("vdls"),
+                            loc.offset,
+                            "a value record did not land where the trie leaf points",
+                        ));
+                    }
+                }
+                None if prev.is_some() => deletes.push((
+                    path,
+                    Record::Delete {
+                        version,
+                        tid,
+                        key,
+                        prev,
+                    },
+                )),
+                None => {}
+            }
+        }
+        for (path, rec) in &deletes {
+            let loc = self.vdls.append(rec)?;
+            if let Record::Delete { tid, .. } = rec {
+                tombstones.push((*tid, *path, Some(loc)));
+            }
+        }
+        plan.tombstones = tombstones;
+        let work = started.elapsed();
+        // Written and fsynced without holding the engine: readers go on.
+        let end = self.vdls.commit(version, &payload)?;
+        // Publishing is memory work; readers wait for it only. What a recovery would redo is the trie update and
+        // the publish, not the fsync: the clock restarts after it.
+        let mut engine = self.engine_mut()?;
+        engine.apply(plan, end, Instant::now() - work)?;
+        engine
+            .tries
+            .keys()
+            .map(|&t| engine.digest(t, version))
+            .collect()
+    }
+
+    /// Makes trie `tid`'s history continue one of `size` entries whose frontier is `peaks` (from
+    /// [`Store::history_frontier`] of the store an export came from): the first commit of this store is then
+    /// entry `size` of that history, and its digests equal the source's. Only on a store with no commit yet;
+    /// durable when it returns.
+    pub fn set_history_base(
+        &mut self,
+        tid: TrieId,
+        size: u64,
+        peaks: Vec<(u32, Hash)>,
+    ) -> Result<()> {
+        if self.latest_version().is_some() {
+            return Err(Error::InvalidHistoryBase(
+                "the store already has commits; a history base is set before the first one".into(),
+            ));
+        }
+        let history = HistoryTree::from_frontier(size, peaks.clone())
+            .map_err(|e| Error::InvalidHistoryBase(e.to_string()))?;
+        let mut base = history_base::read(&self.dir)?;
+        base.insert(tid, (size, peaks));
+        history_base::write(&self.dir, &base)?;
+        self.engine_mut()?.tries.insert(
+            tid,
+            TrieState {
+                history,
+                ..TrieState::default()
+            },
+        );
+        Ok(())
+    }
+
+    /// Flushes the MemIndexTable to an index file now (also done automatically when it is full).
+    pub fn flush(&mut self) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        let end = self.vdls.end();
+        let mut engine = self.engine_mut()?;
+        engine.flush(end)?;
+        engine.finish_flush()
+    }
+
+    /// Flushes and closes. Dropping a store without `close` loses nothing either: the value log is replayed.
+    pub fn close(mut self) -> Result<()> {
+        // Also waits for a flush still running in the background.
+        self.flush()?;
+        Ok(())
+    }
+
+    /// Engine counters.
+    pub fn metrics(&self) -> metrics::Snapshot {
+        self.counters.snapshot()
+    }
+
+    /// What the engine holds in memory now, against its budget ([`Options::memory_budget_bytes`]).
+    pub fn memory(&self) -> MemoryUse {
+        self.shared.memory()
+    }
+
+    /// Bytes on disk: value log, index files, roots log, tombstone log.
+    pub fn disk_bytes(&self) -> u64 {
+        self.shared.disk_bytes()
+    }
+
+    /// Drops every cached page and index block (to measure cold reads).
+    pub fn clear_caches(&self) {
+        let e = self.shared.engine();
+        e.page_cache.clear();
+        e.block_cache.clear();
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}

@@ -1,0 +1,138 @@
+//! Readers: the state shared with the writer, [`Snapshot`]s pinned to a version, and the [`Reader`] handle.
+
+use super::*;
+
+/// The part of a store that readers share with the writer.
+pub(super) struct Shared {
+    pub(super) engine: RwLock<Engine>,
+    pub(super) vdls: VdlsReader,
+    /// The pool `get_many` issues its reads on (see [`Options::read_threads`]).
+    pub(super) read_pool: rayon::ThreadPool,
+}
+
+impl Shared {
+    /// The engine for reading. A panic while the writer held the lock leaves it poisoned; readers go on reading
+    /// what was published (the writer refuses further commits, see [`Store::commit`]).
+    pub(super) fn engine(&self) -> RwLockReadGuard<'_, Engine> {
+        self.engine.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn memory(&self) -> MemoryUse {
+        let e = self.engine();
+        MemoryUse {
+            page_cache_bytes: e.page_cache.weight(),
+            page_cache_pages: e.page_cache.len() as u64,
+            block_cache_bytes: e.block_cache.weight(),
+            memtable_bytes: e.mem.bytes() as u64,
+            budget_bytes: e.opts.memory_budget_bytes,
+        }
+    }
+
+    pub(super) fn disk_bytes(&self) -> u64 {
+        let e = self.engine();
+        self.vdls.disk_bytes()
+            + e.files.iter().map(|f| f.size()).sum::<u64>()
+            + e.roots_log.disk_bytes()
+            + e.tombstone_log.as_ref().map_or(0, TombstoneLog::disk_bytes)
+    }
+
+    pub(super) fn view<R>(
+        &self,
+        pinned: Option<Option<Version>>,
+        f: impl FnOnce(&View<'_>) -> R,
+    ) -> R {
+        let e = self.engine();
+        let latest = pinned.unwrap_or_else(|| e.versions.last().copied());
+        f(&View {
+            engine: &e,
+            vdls: &self.vdls,
+            read_pool: &self.read_pool,
+            latest,
+        })
+    }
+}
+
+/// A read-only view of a store pinned to one committed version: every read sees the state of that version (or
+/// an older one it names) however many commits happen meanwhile. Cheap to take and to clone, `Send + Sync`; it
+/// never waits for a commit's trie update or fsync, or for an index flush, only (for a moment) for a commit to
+/// publish its pages. Long walks ([`Snapshot::for_each_pair`]) release the engine between chunks.
+#[derive(Clone)]
+pub struct Snapshot {
+    pub(super) shared: Arc<Shared>,
+    pub(super) version: Option<Version>,
+}
+
+/// A handle that takes [`Snapshot`]s of a store's latest version from any thread, without access to the
+/// [`Store`] (which the writer owns).
+#[derive(Clone)]
+pub struct Reader {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl Reader {
+    /// Engine counters.
+    pub fn metrics(&self) -> metrics::Snapshot {
+        self.shared.engine().counters.snapshot()
+    }
+
+    /// What the engine holds in memory now, against its budget.
+    pub fn memory(&self) -> MemoryUse {
+        self.shared.memory()
+    }
+
+    /// Bytes on disk: value log, index files, roots log, tombstone log.
+    pub fn disk_bytes(&self) -> u64 {
+        self.shared.disk_bytes()
+    }
+
+    /// A snapshot of the latest committed version.
+    pub fn snapshot(&self) -> Snapshot {
+        let version = self.shared.engine().versions.last().copied();
+        Snapshot {
+            shared: self.shared.clone(),
+            version,
+        }
+    }
+}
+
+impl Snapshot {
+    read_api!();
+
+    pub(super) fn view<R>(&self, f: impl FnOnce(&View<'_>) -> R) -> R {
+        self.shared.view(Some(self.version), f)
+    }
+
+    /// The version this snapshot reads (`None` for a store that had no commit).
+    pub fn version(&self) -> Option<Version> {
+        self.version
+    }
+
+    /// Every `(key, value)` of trie `tid` at `version` in path order; returns the count. The engine is held only
+    /// while a chunk of pairs is read, never while `f` runs: a slow consumer (a client reading an export) does
+    /// not hold up commits.
+    pub fn for_each_pair(
+        &self,
+        tid: TrieId,
+        version: Version,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<u64> {
+        let mut after: Option<KeyPath> = None;
+        let mut n = 0u64;
+        loop {
+            let chunk =
+                self.view(|v| v.pairs_after(tid, version, after.as_ref(), PAIRS_PER_CHUNK))?;
+            let done = chunk.len() < PAIRS_PER_CHUNK;
+            for (k, val) in &chunk {
+                f(k, val)?;
+            }
+            n += chunk.len() as u64;
+            match chunk.last() {
+                Some((k, _)) if !done => after = Some(KeyPath::of(k)),
+                _ => return Ok(n),
+            }
+        }
+    }
+}
+
+/// Pairs a snapshot's walk reads per hold of the engine.
+pub(super) const PAIRS_PER_CHUNK: usize = 1024;

@@ -1,0 +1,524 @@
+//! Reads, proofs, digests, history and full verification over the engine, as of a view's latest version.
+
+use super::*;
+
+/// What reads need, borrowed from the engine's read lock: the engine, the value log's read side, the read pool,
+/// and the newest version the reads may see (the latest commit, or a snapshot's version).
+pub(super) struct View<'a> {
+    pub(super) engine: &'a Engine,
+    pub(super) vdls: &'a VdlsReader,
+    pub(super) read_pool: &'a rayon::ThreadPool,
+    pub(super) latest: Option<Version>,
+}
+
+impl View<'_> {
+    /// `version` for an as-of read: a version above the view's latest reads the latest.
+    pub(super) fn at(&self, version: Version) -> Version {
+        self.latest.map_or(version, |l| version.min(l))
+    }
+
+    /// `version` for an exact read: it must not be above the view's latest.
+    pub(super) fn exact(&self, version: Version) -> Result<Version> {
+        match self.latest {
+            Some(l) if version <= l => Ok(version),
+            _ => Err(Error::VersionNotFound(version)),
+        }
+    }
+
+    pub(super) fn latest_version(&self) -> Option<Version> {
+        self.latest
+    }
+
+    pub(super) fn has_version(&self, version: Version) -> bool {
+        self.exact(version).is_ok() && self.engine.versions.binary_search(&version).is_ok()
+    }
+
+    pub(super) fn versions(&self) -> Vec<Version> {
+        let n = self
+            .latest
+            .map_or(0, |l| self.engine.versions.partition_point(|v| *v <= l));
+        self.engine.versions[..n].to_vec()
+    }
+
+    pub(super) fn tries(&self) -> Vec<TrieId> {
+        self.engine
+            .tries
+            .iter()
+            .filter(|(_, t)| {
+                t.versions
+                    .first()
+                    .is_some_and(|v| self.latest.is_some_and(|l| *v <= l))
+            })
+            .map(|(tid, _)| *tid)
+            .collect()
+    }
+
+    /// The value of `key` in trie `tid` as of `version` (the newest commit at or below it).
+    pub(super) fn get(&self, tid: TrieId, version: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Counters::add(&self.engine.counters.gets, 1);
+        let root = self.engine.root_page(tid, self.at(version))?;
+        let path = KeyPath::of(key);
+        match trie::get(self.engine, tid, &root, &path)? {
+            Some(leaf) => Ok(Some(self.read_value(&leaf, Some(key))?.1)),
+            None => Ok(None),
+        }
+    }
+
+    /// The value of `key` at the latest version.
+    pub(super) fn get_latest(&self, tid: TrieId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let v = self.latest_version().ok_or(Error::UnknownTrie(tid))?;
+        self.get(tid, v, key)
+    }
+
+    /// The values of many keys (a block's access list) at `version`, loading pages and values in parallel.
+    pub(super) fn get_many(
+        &self,
+        tid: TrieId,
+        version: Version,
+        keys: &[&[u8]],
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        let root = self.engine.root_page(tid, self.at(version))?;
+        Counters::add(&self.engine.counters.gets, keys.len() as u64);
+        // Pages, then values, each fetched by many reads in flight at once on the read pool.
+        let (leaves, records) = self.read_pool.install(|| -> Result<_> {
+            let leaves: Vec<Option<Leaf>> = keys
+                .par_iter()
+                .map(|k| trie::get(self.engine, tid, &root, &KeyPath::of(k)))
+                .collect::<Result<_>>()?;
+            let locs: Vec<Location> = leaves.iter().flatten().map(|l| l.loc).collect();
+            Ok((leaves, self.vdls.read_many(&locs)))
+        })?;
+        let mut records = records.into_iter();
+        let mut out = Vec::with_capacity(keys.len());
+        for (leaf, key) in leaves.iter().zip(keys) {
+            match leaf {
+                Some(l) => {
+                    let rec = records
+                        .next()
+                        .ok_or_else(|| Error::corrupt(&self.engine.dir, 0, "missing record"))??;
+                    out.push(Some(self.check_value(l, rec, Some(key))?.1));
+                }
+                None => out.push(None),
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn read_value(&self, leaf: &Leaf, key: Option<&[u8]>) -> Result<(Vec<u8>, Vec<u8>)> {
+        let rec = self.vdls.read(leaf.loc)?;
+        self.check_value(leaf, rec, key)
+    }
+
+    /// Checks that a value record is the one the leaf names: same key path, same value hash.
+    pub(super) fn check_value(
+        &self,
+        leaf: &Leaf,
+        rec: Record,
+        key: Option<&[u8]>,
+    ) -> Result<(Vec<u8>, Vec<u8>)> {
+        let where_ = || self.engine.dir.join("vdls");
+        match rec {
+            Record::Put { key: k, value, .. } => {
+                // With the key asked for, byte equality is the check (its path led to this leaf); without it the
+                // record's key must hash to the leaf's path.
+                let wrong = match key {
+                    Some(key) => key != k.as_slice(),
+                    None => KeyPath::of(&k) != leaf.path,
+                };
+                if wrong {
+                    return Err(Error::corrupt(
+                        where_(),
+                        leaf.loc.offset,
+                        "value record belongs to another key",
+                    ));
+                }
+                if value_hash(&value) != leaf.value_hash {
+                    return Err(Error::corrupt(
+                        where_(),
+                        leaf.loc.offset,
+                        "value record does not match the hash in its leaf",
+                    ));
+                }
+                Ok((k, value))
+            }
+            _ => Err(Error::corrupt(
+                where_(),
+                leaf.loc.offset,
+                "leaf points at a record that is not a put",
+            )),
+        }
+    }
+
+    /// The value of `key` at `version` and its inclusion or exclusion proof (SPEC.md §5).
+    pub(super) fn get_proof(
+        &self,
+        tid: TrieId,
+        version: Version,
+        key: &[u8],
+    ) -> Result<(Option<Vec<u8>>, Proof)> {
+        let (mut values, proof) = self.get_multi_proof(tid, version, &[key])?;
+        Ok((values.pop().flatten(), proof))
+    }
+
+    /// The values of `keys` at `version` and one multi-proof for all of them.
+    pub(super) fn get_multi_proof(
+        &self,
+        tid: TrieId,
+        version: Version,
+        keys: &[&[u8]],
+    ) -> Result<(Vec<Option<Vec<u8>>>, Proof)> {
+        // One key needs no read pool: handing a single read to other threads only adds latency.
+        let values = match keys {
+            [one] => vec![self.get(tid, version, one)?],
+            _ => self.get_many(tid, version, keys)?,
+        };
+        let root = self.engine.root_page(tid, self.at(version))?;
+        let mut paths: Vec<KeyPath> = keys.iter().map(|k| KeyPath::of(k)).collect();
+        paths.sort();
+        paths.dedup();
+        let proof = trie::prove(self.engine, tid, &root, &paths)?;
+        Ok((values, proof))
+    }
+
+    /// The digest of trie `tid` at exactly the committed `version`.
+    pub(super) fn digest(&self, tid: TrieId, version: Version) -> Result<Digest> {
+        self.engine.digest(tid, self.exact(version)?)
+    }
+
+    /// Digests of every trie at the latest version.
+    pub(super) fn latest_digests(&self) -> Result<Vec<Digest>> {
+        match self.latest_version() {
+            Some(v) => self
+                .tries()
+                .into_iter()
+                .map(|t| self.engine.digest(t, v))
+                .collect(),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Proof that trie `tid`'s entry at `version` is in its history as of `at` (SPEC.md §8.2).
+    pub(super) fn history_inclusion_proof(
+        &self,
+        tid: TrieId,
+        version: Version,
+        at: Version,
+    ) -> Result<InclusionProof> {
+        let t = self.engine.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
+        let base = t.history.base();
+        let i = base + self.engine.exact_index(t, self.exact(version)?)? as u64;
+        let n = base + self.engine.exact_index(t, self.exact(at)?)? as u64 + 1;
+        t.history
+            .inclusion_proof(i, n)
+            .ok_or(Error::VersionNotFound(version))
+    }
+
+    /// Proof that trie `tid`'s history at `from` is a prefix of its history at `to` (SPEC.md §8.3).
+    pub(super) fn history_consistency_proof(
+        &self,
+        tid: TrieId,
+        from: Version,
+        to: Version,
+    ) -> Result<ConsistencyProof> {
+        let t = self.engine.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
+        let base = t.history.base();
+        let m = base + self.engine.exact_index(t, self.exact(from)?)? as u64 + 1;
+        let n = base + self.engine.exact_index(t, self.exact(to)?)? as u64 + 1;
+        t.history
+            .consistency_proof(m, n)
+            .ok_or(Error::VersionNotFound(from))
+    }
+
+    /// The frontier of trie `tid`'s history just before its entry at `version` (size and peaks, SPEC.md §8): what
+    /// a store that imports the state of `version` needs ([`Store::set_history_base`]) so that its digests carry
+    /// this store's history commitment.
+    pub(super) fn history_frontier(&self, tid: TrieId, version: Version) -> Result<Frontier> {
+        let t = self.engine.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
+        let i = t.history.base() + self.engine.exact_index(t, self.exact(version)?)? as u64;
+        t.history
+            .frontier_at(i)
+            .map_err(|e| Error::InvalidHistoryBase(e.to_string()))
+    }
+
+    /// Full verification: reads every value of trie `tid` at `version`, recomputes every node hash up to the root,
+    /// checks every stored page hash on the way, and compares the root with `comm`. The first mismatch is reported
+    /// as an error naming where it is.
+    pub(super) fn verify_full(
+        &self,
+        tid: TrieId,
+        version: Version,
+        comm: &Hash,
+    ) -> Result<FullVerification> {
+        self.verify_full_with_progress(tid, version, comm, &mut |_| {})
+    }
+
+    /// [`Store::verify_full`], calling `progress` with the number of keys verified so far (every 4096 keys and
+    /// at the end).
+    pub(super) fn verify_full_with_progress(
+        &self,
+        tid: TrieId,
+        version: Version,
+        comm: &Hash,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<FullVerification> {
+        let root = self.engine.root_page(tid, self.at(version))?;
+        let mut stats = FullVerification {
+            root: EMPTY,
+            keys: 0,
+            pages: 0,
+        };
+        let computed = self.verify_page(tid, &root, &mut stats, progress)?;
+        progress(stats.keys);
+        if computed != *comm {
+            return Err(Error::Mismatch {
+                at: format!("root of trie {tid} at version {version}"),
+                expected: *comm,
+                computed,
+            });
+        }
+        stats.root = computed;
+        Ok(stats)
+    }
+
+    /// Up to `max` pairs of trie `tid` at `version` whose paths are above `after`, in path order.
+    pub(super) fn pairs_after(
+        &self,
+        tid: TrieId,
+        version: Version,
+        after: Option<&KeyPath>,
+        max: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let root = self.engine.root_page(tid, self.at(version))?;
+        let mut out = Vec::new();
+        trie::walk_after(self.engine, tid, &root, after, &mut |leaf| {
+            out.push(self.read_value(leaf, None)?);
+            Ok(out.len() < max)
+        })?;
+        Ok(out)
+    }
+
+    /// Recomputes the hash of a leaf from its value record.
+    pub(super) fn verify_leaf(
+        &self,
+        l: &Leaf,
+        stats: &mut FullVerification,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Hash> {
+        let rec = self.vdls.read(l.loc)?;
+        let Record::Put { key, value, .. } = rec else {
+            return Err(Error::corrupt(
+                self.engine.dir.join("vdls"),
+                l.loc.offset,
+                "leaf points at a non-put record",
+            ));
+        };
+        let path = KeyPath::of(&key);
+        let computed = leaf_hash(&path, &value_hash(&value));
+        if computed != l.hash() || path != l.path {
+            return Err(Error::Mismatch {
+                at: format!(
+                    "leaf of key {} (value record at file {} offset {})",
+                    letus_verify::hex::encode(&key),
+                    l.loc.file_id,
+                    l.loc.offset
+                ),
+                expected: l.hash(),
+                computed,
+            });
+        }
+        stats.keys += 1;
+        if stats.keys.is_multiple_of(4096) {
+            progress(stats.keys);
+        }
+        Ok(computed)
+    }
+
+    /// Recomputes the hash of `page` from the values below it, checking every child page's stored hash.
+    pub(super) fn verify_page(
+        &self,
+        tid: TrieId,
+        page: &Page,
+        stats: &mut FullVerification,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Hash> {
+        stats.pages += 1;
+        match page.root() {
+            Root::Empty => return Ok(EMPTY),
+            Root::Leaf(l) => return self.verify_leaf(l, stats, progress),
+            Root::Branch => {}
+        }
+        let mut children = [EMPTY; 16];
+        for (c, h) in children.iter_mut().enumerate() {
+            let c = c as u8;
+            *h = match page.child(c) {
+                Child::Empty => EMPTY,
+                Child::Leaf(l) => self.verify_leaf(l, stats, progress)?,
+                Child::Branch(_) => {
+                    let mut grand = [EMPTY; 16];
+                    for (slot, cell) in page.grandchildren(c) {
+                        let (_, g) = trie::slot_nibbles(*slot);
+                        grand[usize::from(g)] = match cell {
+                            Cell::Leaf(l) => self.verify_leaf(l, stats, progress)?,
+                            Cell::Page { hash, version } => {
+                                let id = page.id.child(c, g);
+                                let child = self.engine.load(tid, id, *version)?;
+                                let computed = self.verify_page(tid, &child, stats, progress)?;
+                                if computed != *hash {
+                                    return Err(Error::Mismatch {
+                                        at: format!(
+                                            "page at depth {} (prefix {}) version {version}",
+                                            id.depth,
+                                            letus_verify::hex::encode(
+                                                &id.prefix[..usize::from(id.depth) / 2]
+                                            )
+                                        ),
+                                        expected: *hash,
+                                        computed,
+                                    });
+                                }
+                                computed
+                            }
+                        };
+                    }
+                    letus_verify::fold::fold(&grand)
+                }
+            };
+        }
+        Ok(letus_verify::fold::fold(&children))
+    }
+
+    /// Calls `f` with every `(key, value)` of trie `tid` at `version`, in path order (the order of a state export).
+    pub(super) fn for_each_pair(
+        &self,
+        tid: TrieId,
+        version: Version,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<u64> {
+        let root = self.engine.root_page(tid, self.at(version))?;
+        let mut n = 0u64;
+        trie::walk(self.engine, tid, &root, &mut |leaf| {
+            let (k, v) = self.read_value(leaf, None)?;
+            n += 1;
+            f(&k, &v)
+        })?;
+        Ok(n)
+    }
+
+    /// The writes of `key` in trie `tid` (newest first): every Put, and every Delete of the key while it existed,
+    /// walking the value log's back-links from the key's leaf at the latest version, or from its Delete record
+    /// when it is deleted now. A Put of the value the key already had is a write and is listed; a delete of an
+    /// absent key writes nothing and is not.
+    ///
+    /// At most `limit` entries. `before` continues an earlier answer: pass its [`HistoryPage::next`] to get the
+    /// entries older than the last one it returned. Anything else that is not the version of one of the key's
+    /// entries is [`Error::InvalidCursor`].
+    pub(super) fn history(
+        &self,
+        tid: TrieId,
+        key: &[u8],
+        before: Option<Version>,
+        limit: usize,
+    ) -> Result<HistoryPage> {
+        let path = KeyPath::of(key);
+        let start = match before {
+            // From the key's state at the engine's newest version; a snapshot pinned below it skips the entries
+            // written after its version (few: only those since the snapshot was taken).
+            None => {
+                let mut start = match self.engine.latest_leaf(tid, &path)? {
+                    Some(leaf) => Some(leaf.loc),
+                    None => self.engine.tombstones.get(&(tid, path)).copied(),
+                };
+                while let Some(loc) = start {
+                    let rec = self.vdls.read(loc)?;
+                    if self.latest.is_some_and(|l| rec.version() <= l) {
+                        break;
+                    }
+                    start = rec.prev();
+                }
+                start
+            }
+            Some(u) => self.history_link_before(
+                tid,
+                key,
+                &path,
+                self.exact(u).map_err(|_| Error::InvalidCursor(u))?,
+            )?,
+        };
+        let Some(start) = start else {
+            return Ok(HistoryPage {
+                entries: Vec::new(),
+                next: None,
+            });
+        };
+        let recs = self.vdls.history(start, limit)?;
+        let more = recs.last().is_some_and(|(_, r)| r.prev().is_some());
+        let mut entries = Vec::with_capacity(recs.len());
+        for (loc, rec) in recs {
+            match rec {
+                Record::Put {
+                    version,
+                    key: k,
+                    value,
+                    ..
+                } if k == key => entries.push(HistoryEntry {
+                    version,
+                    value: Some(value),
+                }),
+                Record::Delete {
+                    version, key: k, ..
+                } if k == key => entries.push(HistoryEntry {
+                    version,
+                    value: None,
+                }),
+                _ => {
+                    return Err(Error::corrupt(
+                        self.engine.dir.join("vdls"),
+                        loc.offset,
+                        "history link leads to another key",
+                    ))
+                }
+            }
+        }
+        let next = if more {
+            entries.last().map(|e| e.version)
+        } else {
+            None
+        };
+        Ok(HistoryPage { entries, next })
+    }
+
+    /// The record before `key`'s entry at version `u`, found from the tries (never from anything the caller
+    /// supplies but `u`): a Put at `u` is the leaf at `u` and names its predecessor; a Delete at `u` is the key
+    /// being absent at `u` and present at the commit before, whose leaf is exactly the Delete's predecessor.
+    pub(super) fn history_link_before(
+        &self,
+        tid: TrieId,
+        key: &[u8],
+        path: &KeyPath,
+        u: Version,
+    ) -> Result<Option<Location>> {
+        let invalid = || Error::InvalidCursor(u);
+        let t = self.engine.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
+        let i = self.engine.exact_index(t, u).map_err(|_| invalid())?;
+        let leaf_at = |v: Version| -> Result<Option<Leaf>> {
+            let root = self.engine.root_page(tid, v)?;
+            trie::get(self.engine, tid, &root, path)
+        };
+        match leaf_at(u)? {
+            Some(leaf) if leaf.version == u => {
+                let rec = self.vdls.read(leaf.loc)?;
+                let prev = rec.prev();
+                self.check_value(&leaf, rec, Some(key))?;
+                Ok(prev)
+            }
+            Some(_) => Err(invalid()),
+            None => {
+                let before = i.checked_sub(1).ok_or_else(invalid)?;
+                match leaf_at(t.versions[before])? {
+                    Some(leaf) => Ok(Some(leaf.loc)),
+                    None => Err(invalid()),
+                }
+            }
+        }
+    }
+}
