@@ -46,15 +46,6 @@ pub fn account_key(i: u32) -> Vec<u8> {
     format!("acct/{i:08}").into_bytes()
 }
 
-/// The demo's own temporary store, removed however the demo ends (an error, a busy port, a closed stdout).
-struct TempStore(std::path::PathBuf);
-
-impl Drop for TempStore {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Prints a line; false once stdout is closed (`letus demo | head -1`), which ends the demo instead of a panic.
 fn say(line: impl std::fmt::Display) -> bool {
     use std::io::Write;
@@ -78,14 +69,20 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
     if a.accounts < 2 {
         return Err("--accounts must be at least 2".into());
     }
+    // The demo's own temporary store is removed however the demo ends (an error, a busy port, a closed stdout).
     let tmp = match &a.data {
         Some(_) => None,
-        None => Some(TempStore(tempdir()?)),
+        None => Some(
+            tempfile::Builder::new()
+                .prefix("letus-demo-")
+                .tempdir()
+                .map_err(|e| format!("a temporary directory: {e}"))?,
+        ),
     };
     let data = a
         .data
         .clone()
-        .or_else(|| tmp.as_ref().map(|t| t.0.clone()))
+        .or_else(|| tmp.as_ref().map(|t| t.path().to_path_buf()))
         .ok_or("no data directory")?;
     let wallet = wallet_dirs();
     let static_dirs = match &wallet {
@@ -305,12 +302,4 @@ fn feed(
         }
     }
     Ok(())
-}
-
-fn tempdir() -> Result<std::path::PathBuf, String> {
-    let mut raw = [0u8; 8];
-    getrandom::fill(&mut raw).map_err(|e| e.to_string())?;
-    let p = std::env::temp_dir().join(format!("letus-demo-{}", hex(&raw)));
-    std::fs::create_dir_all(&p).map_err(|e| e.to_string())?;
-    Ok(p)
 }

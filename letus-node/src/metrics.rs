@@ -1,11 +1,11 @@
 //! `/metrics` in the Prometheus text format: request counts and latencies per route, commit time per block,
 //! and the engine's counters (pages and values read from disk, cache hits, bytes written, disk usage).
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// The node's metrics.
@@ -95,14 +95,14 @@ impl Metrics {
             Option<u64>,
         ),
     ) -> String {
-        let mut buf = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        let mut out = String::from_utf8(buf).unwrap_or_default();
-        let mut counter = |name: &str, help: &str, v: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-            );
+        // The engine's counters are kept by the engine; each render copies them into a registry of its own, so
+        // the crate writes every line (names, help, types) as it does for the node's own metrics.
+        let engine = Registry::new();
+        let counter = |name: &str, help: &str, v: u64| {
+            if let Ok(c) = IntCounter::new(name, help) {
+                c.inc_by(v);
+                let _ = engine.register(Box::new(c));
+            }
         };
         counter(
             "letus_gets_total",
@@ -150,8 +150,11 @@ impl Metrics {
             "Committed puts and deletes",
             m.updates,
         );
-        let mut gauge = |name: &str, help: &str, v: f64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        let gauge = |name: &str, help: &str, v: f64| {
+            if let Ok(g) = Gauge::new(name, help) {
+                g.set(v);
+                let _ = engine.register(Box::new(g));
+            }
         };
         let lookups = (m.page_cache_hits + m.page_cache_misses).max(1) as f64;
         gauge(
@@ -166,7 +169,7 @@ impl Metrics {
         );
         gauge(
             "letus_state_disk_bytes",
-            "Bytes on disk of the state (value log, index files, roots log)",
+            "Bytes on disk of the state (value log, index files, roots log, tombstone log)",
             state_bytes as f64,
         );
         gauge(
@@ -179,6 +182,10 @@ impl Metrics {
             "Latest committed version",
             latest.unwrap_or(0) as f64,
         );
-        out
+        let mut families = self.registry.gather();
+        families.extend(engine.gather());
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&families, &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
     }
 }
