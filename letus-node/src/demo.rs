@@ -104,6 +104,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
         body_timeout_secs: None,
         stream_idle_timeout_secs: None,
         max_streams: None,
+        max_concurrent_reads: None,
         shutdown_timeout_secs: None,
         static_dirs,
     };

@@ -30,6 +30,9 @@ pub struct NodeLimits {
     /// Most streams (exports) served at once; past it `503 too_many_streams`. Each holds a blocking thread (and a
     /// snapshot, never a lock a commit needs) while its client reads.
     pub max_streams: usize,
+    /// Most read requests computed at once (the others wait their turn without a thread). Reads and commits
+    /// share the cores: more reads at once than cores only slows every one of them and starves the writer.
+    pub max_concurrent_reads: usize,
 }
 
 impl Default for NodeLimits {
@@ -41,8 +44,17 @@ impl Default for NodeLimits {
             max_history: 1_000,
             body_timeout: Duration::from_secs(60),
             max_streams: 8,
+            max_concurrent_reads: default_concurrent_reads(),
         }
     }
+}
+
+/// One read at a time per core, less one core kept for commits (at least one read).
+pub fn default_concurrent_reads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .saturating_sub(1)
+        .max(1)
 }
 
 /// A running node's state.
@@ -59,6 +71,8 @@ pub struct Node {
     pub limits: NodeLimits,
     /// Permits for the streams running now, `limits.max_streams` in all.
     pub(crate) streams: Arc<tokio::sync::Semaphore>,
+    /// Permits for the read requests being computed, `limits.max_concurrent_reads` in all.
+    pub(crate) reads: Arc<tokio::sync::Semaphore>,
     /// Set when a panic left a write half-done in a state the node cannot repair in place (inside the block
     /// append or the commit): writes are refused (`503 unavailable`) until a restart recovers from disk, and the
     /// store is not flushed at shutdown. Reads go on.
@@ -147,6 +161,9 @@ impl Node {
             blocks: Mutex::new(blocks),
             token,
             streams: Arc::new(tokio::sync::Semaphore::new(limits.max_streams)),
+            reads: Arc::new(tokio::sync::Semaphore::new(
+                limits.max_concurrent_reads.max(1),
+            )),
             limits,
             wedged: OnceLock::new(),
             #[cfg(test)]

@@ -20,7 +20,7 @@ use serde::Deserialize;
 pub struct ServeArgs {
     /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_replay_millis,
     /// max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
-    /// shutdown_timeout_secs).
+    /// max_concurrent_reads, shutdown_timeout_secs).
     #[arg(long, env = "LETUS_CONFIG")]
     pub config: Option<PathBuf>,
     /// Data directory.
@@ -57,6 +57,10 @@ pub struct ServeArgs {
     /// Most export streams served at once; past it `503 too_many_streams` (default 8).
     #[arg(long, env = "LETUS_MAX_STREAMS")]
     pub max_streams: Option<usize>,
+    /// Most read requests computed at once; the others wait their turn (default: the number of cores less one,
+    /// at least one, so that commits keep a core).
+    #[arg(long, env = "LETUS_MAX_CONCURRENT_READS")]
+    pub max_concurrent_reads: Option<usize>,
     /// Seconds the node waits at shutdown for requests in progress before dropping their connections
     /// (default 10).
     #[arg(long, env = "LETUS_SHUTDOWN_TIMEOUT_SECS")]
@@ -85,6 +89,7 @@ struct FileConfig {
     body_timeout_secs: Option<u64>,
     stream_idle_timeout_secs: Option<u64>,
     max_streams: Option<usize>,
+    max_concurrent_reads: Option<usize>,
     shutdown_timeout_secs: Option<u64>,
 }
 
@@ -139,6 +144,12 @@ impl ServeArgs {
             file.body_timeout_secs,
         )? {
             limits.body_timeout = d;
+        }
+        if let Some(n) = positive(
+            "max_concurrent_reads",
+            self.max_concurrent_reads.or(file.max_concurrent_reads),
+        )? {
+            limits.max_concurrent_reads = n;
         }
         if let Some(n) = positive("max_streams", self.max_streams.or(file.max_streams))? {
             limits.max_streams = n;

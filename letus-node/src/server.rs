@@ -114,6 +114,25 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::Internal(e.to_string()))?
 }
 
+/// Runs a read off the async threads once one of the node's read permits is free: reads queue here, without a
+/// thread, rather than all computing at once and taking the cores from the writer.
+async fn read<T: Send + 'static>(
+    node: &Node,
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let permit = node
+        .reads
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    blocking(move || {
+        let _permit = permit;
+        f()
+    })
+    .await
+}
+
 fn parse_json<T: for<'de> Deserialize<'de>>(
     body: Result<Bytes, BytesRejection>,
     limit: usize,
@@ -198,7 +217,7 @@ impl VersionQuery {
 
 async fn digest_latest(State(s): State<AppState>) -> Result<Json<DigestsResponse>, ApiError> {
     let node = s.node.clone();
-    Ok(Json(blocking(move || node.digests(None)).await?))
+    Ok(Json(read(&s.node, move || node.digests(None)).await?))
 }
 
 async fn digest_at(
@@ -207,7 +226,7 @@ async fn digest_at(
 ) -> Result<Json<DigestsResponse>, ApiError> {
     let v = version_param(&path(version)?)?;
     let node = s.node.clone();
-    Ok(Json(blocking(move || node.digests(Some(v))).await?))
+    Ok(Json(read(&s.node, move || node.digests(Some(v))).await?))
 }
 
 #[derive(Deserialize)]
@@ -246,7 +265,7 @@ async fn consistency(
     let (tid, from, to) = range(q, "from")?;
     let node = s.node.clone();
     Ok(Json(
-        blocking(move || node.consistency(tid, from, to)).await?,
+        read(&s.node, move || node.consistency(tid, from, to)).await?,
     ))
 }
 
@@ -257,7 +276,7 @@ async fn inclusion(
     let (tid, version, at) = range(q, "version")?;
     let node = s.node.clone();
     Ok(Json(
-        blocking(move || node.inclusion(tid, version, at)).await?,
+        read(&s.node, move || node.inclusion(tid, version, at)).await?,
     ))
 }
 
@@ -271,7 +290,7 @@ async fn value(
     let tid = tid_param(&tid)?;
     let v = q.get()?;
     let node = s.node.clone();
-    Ok(Json(blocking(move || node.value(tid, &key, v)).await?))
+    Ok(Json(read(&s.node, move || node.value(tid, &key, v)).await?))
 }
 
 #[derive(Deserialize)]
@@ -309,7 +328,10 @@ async fn history(
     let before = q.before.as_deref().map(version_param).transpose()?;
     let node = s.node.clone();
     Ok(Json(
-        blocking(move || node.history(tid, &key, proofs, limit, before)).await?,
+        read(&s.node, move || {
+            node.history(tid, &key, proofs, limit, before)
+        })
+        .await?,
     ))
 }
 
@@ -323,7 +345,7 @@ async fn value_of_empty_key(
     let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let v = q.get()?;
     let node = s.node.clone();
-    Ok(Json(blocking(move || node.value(tid, "", v)).await?))
+    Ok(Json(read(&s.node, move || node.value(tid, "", v)).await?))
 }
 
 /// `POST /v1/tries/{tid}/value`: the GET route with the key in the body, so that any key can be read.
@@ -336,7 +358,7 @@ async fn value_post(
     let req: ValueRequest = parse_json(body, s.node.limits.max_body_bytes)?;
     let node = s.node.clone();
     Ok(Json(
-        blocking(move || node.value(tid, &req.key, req.version)).await?,
+        read(&s.node, move || node.value(tid, &req.key, req.version)).await?,
     ))
 }
 
@@ -350,7 +372,10 @@ async fn history_post(
     let req: HistoryRequest = parse_json(body, s.node.limits.max_body_bytes)?;
     let node = s.node.clone();
     Ok(Json(
-        blocking(move || node.history(tid, &req.key, req.proofs, req.limit, req.before)).await?,
+        read(&s.node, move || {
+            node.history(tid, &req.key, req.proofs, req.limit, req.before)
+        })
+        .await?,
     ))
 }
 
@@ -362,7 +387,9 @@ async fn multi_proof(
     let tid = tid_param(&path(p)?)?;
     let req: MultiProofRequest = parse_json(body, s.node.limits.max_body_bytes)?;
     let node = s.node.clone();
-    Ok(Json(blocking(move || node.multi_proof(tid, req)).await?))
+    Ok(Json(
+        read(&s.node, move || node.multi_proof(tid, req)).await?,
+    ))
 }
 
 async fn block(
@@ -371,7 +398,7 @@ async fn block(
 ) -> Result<Json<BlockResponse>, ApiError> {
     let v = version_param(&path(version)?)?;
     let node = s.node.clone();
-    Ok(Json(blocking(move || node.block(v)).await?))
+    Ok(Json(read(&s.node, move || node.block(v)).await?))
 }
 
 async fn export(
