@@ -74,6 +74,19 @@ pub fn crc(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes)
 }
 
+/// The little-endian `u32` at byte `at` of `b`, `None` if `b` is too short: the one reader of fixed-width fields
+/// for every on-disk structure (decoders never index past what they were given).
+pub fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    let s = b.get(at..at.checked_add(4)?)?;
+    Some(u32::from_le_bytes(s.try_into().ok()?))
+}
+
+/// The little-endian `u64` at byte `at` of `b`, `None` if `b` is too short.
+pub fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    let s = b.get(at..at.checked_add(8)?)?;
+    Some(u64::from_le_bytes(s.try_into().ok()?))
+}
+
 /// Length of the header of the engine's small logs (roots log, tombstone log, history base).
 pub const LOG_HEADER_LEN: usize = 16;
 

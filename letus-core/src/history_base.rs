@@ -18,7 +18,9 @@ use std::path::Path;
 use letus_verify::{Hash, TrieId};
 
 use crate::error::{Error, Result};
-use crate::fsutil::{check_log_header, crc, create_new, log_header, sync_dir, LOG_HEADER_LEN};
+use crate::fsutil::{
+    check_log_header, crc, create_new, log_header, sync_dir, u32_at, u64_at, LOG_HEADER_LEN,
+};
 
 const MAGIC: &[u8; 8] = b"LETUSHBS";
 const FORMAT: u32 = 1;
@@ -38,22 +40,18 @@ pub fn read(dir: &Path) -> Result<BTreeMap<TrieId, Frontier>> {
     };
     let bad = |offset: usize, what: &str| Error::corrupt(&path, offset as u64, what);
     check_log_header(&path, &bytes, MAGIC, FORMAT, "history base")?;
-    let word = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     let mut out = BTreeMap::new();
     let mut pos = HEADER_LEN;
     while pos < bytes.len() {
         let start = pos;
-        let fixed = bytes
-            .get(pos..pos + 13)
-            .ok_or_else(|| bad(start, "history base entry is cut"))?;
-        let tid = word(fixed, 0);
-        let size = u64::from_le_bytes(fixed[4..12].try_into().map_err(|_| bad(start, "entry"))?);
+        let cut = || bad(start, "history base entry is cut");
+        let fixed = bytes.get(pos..pos + 13).ok_or_else(cut)?;
+        let tid = u32_at(fixed, 0).ok_or_else(cut)?;
+        let size = u64_at(fixed, 4).ok_or_else(cut)?;
         let n = usize::from(fixed[12]);
         let len = 13 + n * 36;
-        let entry = bytes
-            .get(pos..pos + len + 4)
-            .ok_or_else(|| bad(start, "history base entry is cut"))?;
-        if word(entry, len) != crc(&entry[..len]) {
+        let entry = bytes.get(pos..pos + len + 4).ok_or_else(cut)?;
+        if u32_at(entry, len) != Some(crc(&entry[..len])) {
             return Err(bad(start, "history base entry fails its checksum"));
         }
         let peaks = entry[13..len]
@@ -61,7 +59,7 @@ pub fn read(dir: &Path) -> Result<BTreeMap<TrieId, Frontier>> {
             .map(|c| {
                 let mut h = [0u8; 32];
                 h.copy_from_slice(&c[4..]);
-                (word(c, 0), Hash(h))
+                (u32_at(c, 0).unwrap_or(u32::MAX), Hash(h))
             })
             .collect();
         if out.insert(tid, (size, peaks)).is_some() {

@@ -19,7 +19,8 @@ use letus_verify::{Hash, TrieId, Version};
 
 use crate::error::{Error, Result};
 use crate::fsutil::{
-    check_log_header, crc, create_new, log_header, open_rw, sync_dir, LOG_HEADER_LEN,
+    check_log_header, crc, create_new, log_header, open_rw, sync_dir, u32_at, u64_at,
+    LOG_HEADER_LEN,
 };
 
 const MAGIC: &[u8; 8] = b"LETUSRTS";
@@ -151,14 +152,14 @@ fn decode(e: &[u8]) -> Option<RootEntry> {
     if e.len() != ENTRY_LEN {
         return None;
     }
-    let stored = u32::from_le_bytes(e.get(52..56)?.try_into().ok()?);
+    let stored = u32_at(e, 52)?;
     if crc(e.get(..52)?) != stored {
         return None;
     }
     Some(RootEntry {
-        version: u64::from_le_bytes(e.get(0..8)?.try_into().ok()?),
-        tid: u32::from_le_bytes(e.get(8..12)?.try_into().ok()?),
+        version: u64_at(e, 0)?,
+        tid: u32_at(e, 8)?,
         root: Hash(e.get(12..44)?.try_into().ok()?),
-        page_version: u64::from_le_bytes(e.get(44..52)?.try_into().ok()?),
+        page_version: u64_at(e, 44)?,
     })
 }

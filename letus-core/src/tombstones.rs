@@ -27,7 +27,8 @@ use letus_verify::{KeyPath, TrieId, Version};
 
 use crate::error::{Error, Result};
 use crate::fsutil::{
-    check_log_header, crc, create_new, log_header, open_rw, sync_dir, LOG_HEADER_LEN,
+    check_log_header, crc, create_new, log_header, open_rw, sync_dir, u32_at, u64_at,
+    LOG_HEADER_LEN,
 };
 use crate::vdls::Location;
 
@@ -248,7 +249,7 @@ fn decode(e: &[u8]) -> Option<Entry> {
     if e.len() != ENTRY_LEN {
         return None;
     }
-    let stored = u32::from_le_bytes(e.get(61..65)?.try_into().ok()?);
+    let stored = u32_at(e, 61)?;
     if crc(e.get(..61)?) != stored {
         return None;
     }
@@ -257,14 +258,14 @@ fn decode(e: &[u8]) -> Option<Entry> {
         return None;
     }
     Some(Entry {
-        version: u64::from_le_bytes(e.get(0..8)?.try_into().ok()?),
-        tid: u32::from_le_bytes(e.get(8..12)?.try_into().ok()?),
+        version: u64_at(e, 0)?,
+        tid: u32_at(e, 8)?,
         kind,
         path: KeyPath(e.get(13..45)?.try_into().ok()?),
         loc: Location {
-            file_id: u32::from_le_bytes(e.get(45..49)?.try_into().ok()?),
-            offset: u64::from_le_bytes(e.get(49..57)?.try_into().ok()?),
-            len: u32::from_le_bytes(e.get(57..61)?.try_into().ok()?),
+            file_id: u32_at(e, 45)?,
+            offset: u64_at(e, 49)?,
+            len: u32_at(e, 57)?,
         },
     })
 }

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::fsutil;
+use crate::fsutil::{self, u32_at, u64_at};
 use crate::metrics::Counters;
 
 use super::block_cache::BlockCache;
@@ -135,17 +135,9 @@ fn encode_entry(out: &mut Vec<u8>, key: &PageKey, offset: u64, n: u32) {
 /// Decodes one `ENTRY_LEN`-byte entry; `None` if the key does not parse.
 fn decode_entry(b: &[u8]) -> Option<(PageKey, u64, u32)> {
     let key = PageKey::decode(b.get(..PageKey::ENCODED_LEN)?)?;
-    let off = le_u64(b, PageKey::ENCODED_LEN)?;
-    let n = le_u32(b, PageKey::ENCODED_LEN + 8)?;
+    let off = u64_at(b, PageKey::ENCODED_LEN)?;
+    let n = u32_at(b, PageKey::ENCODED_LEN + 8)?;
     Some((key, off, n))
-}
-
-fn le_u32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn le_u64(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
 /// Splits a checksummed block `body | crc u32` and checks the CRC (over `body`). `None` on mismatch or if the
@@ -153,7 +145,7 @@ fn le_u64(b: &[u8], at: usize) -> Option<u64> {
 fn checked_body(buf: &[u8]) -> Option<&[u8]> {
     let split = buf.len().checked_sub(4)?;
     let (body, crc) = buf.split_at(split);
-    (fsutil::crc(body) == le_u32(crc, 0)?).then_some(body)
+    (fsutil::crc(body) == u32_at(crc, 0)?).then_some(body)
 }
 
 fn invalid_input(path: &Path, msg: String) -> Error {
@@ -493,7 +485,7 @@ impl IndexFile {
         if checked_body(&h).is_none() {
             return Err(corrupt(0, "header checksum mismatch".into()));
         }
-        let header_version = le_u32(&h, 8).unwrap_or(0);
+        let header_version = u32_at(&h, 8).unwrap_or(0);
 
         // Footer.
         let foot_at = size - FOOTER_LEN;
@@ -505,7 +497,7 @@ impl IndexFile {
                 "no footer: the file was torn during a flush or truncated".into(),
             ));
         }
-        let footer_version = le_u32(&f, 64).unwrap_or(0);
+        let footer_version = u32_at(&f, 64).unwrap_or(0);
         if footer_version != header_version {
             return Err(corrupt(
                 foot_at + 64,
@@ -531,11 +523,11 @@ impl IndexFile {
         }
         Counters::add(&counters.bytes_read, HEADER_LEN + FOOTER_LEN);
 
-        let field = |at: usize| le_u64(&f, at).unwrap_or(0);
+        let field = |at: usize| u64_at(&f, at).unwrap_or(0);
         let meta = FileMeta {
             min_version: field(0),
             max_version: field(8),
-            replay_from: (le_u32(&f, 56).unwrap_or(0), field(16)),
+            replay_from: (u32_at(&f, 56).unwrap_or(0), field(16)),
             records: field(24),
         };
         let footer = Footer {
@@ -546,7 +538,7 @@ impl IndexFile {
         };
         // The CRC held, so these are what the writer wrote; checking them still keeps a buggy writer's file (or a
         // crafted one) from leading a reader out of bounds.
-        let reserved = le_u32(&f, 60).unwrap_or(1);
+        let reserved = u32_at(&f, 60).unwrap_or(1);
         let layout_ok = reserved == 0
             && footer.index_offset >= HEADER_LEN
             && footer.index_offset <= footer.lookup_offset
@@ -725,7 +717,7 @@ impl IndexFile {
 
         let body = checked_body(&buf)
             .ok_or_else(|| corrupt(0, format!("index block {i} checksum mismatch")))?;
-        if le_u32(body, 0) != Some(l.count) {
+        if u32_at(body, 0) != Some(l.count) {
             return Err(corrupt(
                 0,
                 format!("index block {i} entry count differs from the lookup block"),
@@ -767,8 +759,8 @@ impl IndexFile {
         fsutil::read_exact_at(&self.file, &self.path, &mut buf, e.offset)?;
         Counters::add(&self.counters.page_reads, 1);
         Counters::add(&self.counters.bytes_read, total as u64);
-        let stored_len = le_u32(&buf, 0);
-        let stored_crc = le_u32(&buf, 4);
+        let stored_len = u32_at(&buf, 0);
+        let stored_crc = u32_at(&buf, 4);
         let record = &buf[PAGE_BLOCK_HEADER_LEN as usize..];
         if stored_len != Some(e.len) || stored_crc != Some(page_crc(&e.key.encode(), e.len, record))
         {
@@ -798,7 +790,7 @@ fn parse_lookup(path: &Path, buf: &[u8], footer: &Footer) -> Result<Vec<LookupEn
     let corrupt = |at: usize, what: String| Error::corrupt(path, base + at as u64, what);
     let body =
         checked_body(buf).ok_or_else(|| corrupt(0, "lookup block checksum mismatch".into()))?;
-    let count = le_u32(body, 0).unwrap_or(0) as usize;
+    let count = u32_at(body, 0).unwrap_or(0) as usize;
     if index_block_len(count) != buf.len() as u64 {
         return Err(corrupt(
             0,

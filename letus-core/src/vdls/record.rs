@@ -400,12 +400,4 @@ fn seal(out: &mut [u8], start: usize) {
     out[start..start + 4].copy_from_slice(&c.to_le_bytes());
 }
 
-pub(crate) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    let s = b.get(at..at.checked_add(4)?)?;
-    Some(u32::from_le_bytes(s.try_into().ok()?))
-}
-
-pub(crate) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    let s = b.get(at..at.checked_add(8)?)?;
-    Some(u64::from_le_bytes(s.try_into().ok()?))
-}
+pub(crate) use crate::fsutil::{u32_at, u64_at};

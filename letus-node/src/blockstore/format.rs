@@ -29,16 +29,14 @@ pub const TRAILER_LEN: u64 = 52;
 /// Footer bytes besides the entries: index magic, index crc, trailer.
 pub const FOOTER_FIXED_LEN: u64 = 8 + 4 + TRAILER_LEN;
 
+// The engine's bounds-checked readers. Every caller here has checked the length of what it reads first; were a
+// buffer short anyway, the field reads as 0, which no checksum, magic or version accepts.
 fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
+    letus_core::fsutil::u32_at(b, at).unwrap_or(0)
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
+    letus_core::fsutil::u64_at(b, at).unwrap_or(0)
 }
 
 /// The 32-byte header of segment `id`.
