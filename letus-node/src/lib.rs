@@ -4,6 +4,7 @@
 pub mod api;
 pub mod blockstore;
 pub mod error;
+pub mod export;
 pub mod http;
 pub mod metrics;
 pub mod node;

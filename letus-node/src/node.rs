@@ -585,32 +585,11 @@ impl Node {
         version: Option<Version>,
         mut sink: impl FnMut(Vec<u8>) -> bool,
     ) -> Result<u64, ApiError> {
-        use letus_verify::export::{encode_record, encode_trailer, ExportHeader};
         let store = self.reader.snapshot();
         let v = Self::resolve(&store, version)?;
         let root = trie_digest(&store, tid, v)?.root;
-        let mut buf = ExportHeader {
-            tid,
-            version: v,
-            root,
-        }
-        .encode();
-        let n = store.for_each_pair(tid, v, |k, val| {
-            encode_record(k, val, &mut buf);
-            if buf.len() >= 64 * 1024 && !sink(std::mem::take(&mut buf)) {
-                // The client went away.
-                return Err(letus_core::Error::Cancelled);
-            }
-            Ok(())
-        });
-        let n = match n {
-            Ok(n) => n,
-            Err(letus_core::Error::Cancelled) => return Ok(0),
-            Err(e) => return Err(e.into()),
-        };
-        buf.extend_from_slice(&encode_trailer(n));
-        sink(buf);
-        Ok(n)
+        // A client that went away ended the stream: nothing to report.
+        Ok(crate::export::write_export(&store, tid, v, root, &mut sink)?.unwrap_or(0))
     }
 
     /// Engine counters and sizes for `/metrics`.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use letus_core::{Options, Store};
-use letus_verify::export::{encode_record, encode_trailer, ExportHeader, ExportReader, HEADER_LEN};
+use letus_verify::export::{ExportReader, HEADER_LEN};
 use letus_verify::{Hash, Limits};
 
 /// Opens the store of an existing data directory; a directory without one is an error, never created.
@@ -206,29 +206,24 @@ pub fn export(a: ExportArgs) -> Result<ExitCode, String> {
         Box::new(std::fs::File::create(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?)
     };
     let mut w = BufWriter::new(sink);
-    let io = |e: std::io::Error| e.to_string();
-    w.write_all(
-        &ExportHeader {
-            tid: a.tid,
-            version,
-            root: digest.root,
-        }
-        .encode(),
-    )
-    .map_err(io)?;
-    let mut buf = Vec::new();
-    let n = store
-        .for_each_pair(a.tid, version, |k, v| {
-            buf.clear();
-            encode_record(k, v, &mut buf);
-            w.write_all(&buf).map_err(|e| letus_core::Error::Io {
-                path: a.out.clone(),
-                source: e,
-            })
+    let mut failed: Option<std::io::Error> = None;
+    let written =
+        letus_node::export::write_export(&store.snapshot(), a.tid, version, digest.root, |chunk| {
+            match w.write_all(&chunk) {
+                Ok(()) => true,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
         })
         .map_err(|e| e.to_string())?;
-    w.write_all(&encode_trailer(n)).map_err(io)?;
-    w.flush().map_err(io)?;
+    let n = match (written, failed) {
+        (Some(n), None) => n,
+        (_, Some(e)) => return Err(format!("{}: {e}", a.out.display())),
+        (None, None) => return Err("the export stopped".into()),
+    };
+    w.flush().map_err(|e| format!("{}: {e}", a.out.display()))?;
     let history_out = a
         .history_out
         .clone()
