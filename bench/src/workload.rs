@@ -1,4 +1,4 @@
-//! The comparison workload, drawn with letus-core's own generator (`letus_core::workload::Rng`) so that every
+//! The comparison workload, drawn with the shared generator (`letus_workload::Rng`) so that every
 //! system sees exactly the same keys, values and blocks.
 //!
 //! - `payment`: simple payments. Each transaction moves funds between two accounts, chosen 80/20 with
@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use letus_core::workload::Rng;
+use letus_workload::Rng;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 pub enum Kind {

@@ -12,8 +12,8 @@ use std::time::Instant;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use letus_core::workload::Rng;
 use letus_core::{Options, Store};
+use letus_workload::Rng;
 
 fn key(i: u64) -> Vec<u8> {
     format!("account-{i:010}").into_bytes()

@@ -23,7 +23,6 @@ pub mod store;
 pub mod tombstones;
 pub mod trie;
 pub mod vdls;
-pub mod workload;
 
 pub use error::{Error, Result};
 pub use letus_verify as verify;

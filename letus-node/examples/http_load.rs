@@ -10,7 +10,7 @@
 //!   `GET /v1/tries/0/keys/{key}` (value + proof + digest) for random loaded keys; every `verify_every`-th answer
 //!   is verified with letus-verify. Reports reads/s and read latency p50 / p99 / p99.9 / max.
 //! - **B, writes only**: one writer committing blocks back to back through `POST /v1/blocks` (each the next
-//!   version, `block_writes` puts of random accounts, 80/20 with `letus_core::workload`). Reports blocks/s and
+//!   version, `block_writes` puts of random accounts, 80/20 with `letus_workload`). Reports blocks/s and
 //!   commit latency p50 / p99 / p99.9 / max.
 //! - **C, both at once**: the readers of A and the writer of B together. Reports both.
 //!
@@ -260,7 +260,7 @@ fn write_blocks(
     args: &Args,
     url: &str,
     mut version: u64,
-    rng: &mut letus_core::workload::Rng,
+    rng: &mut letus_workload::Rng,
     stop: &AtomicBool,
     limit: Option<u64>,
 ) -> (Writes, u64) {
@@ -461,7 +461,7 @@ fn main() {
     print_reads(&args, &a);
 
     // B: writes only.
-    let mut rng = letus_core::workload::Rng::new(args.seed);
+    let mut rng = letus_workload::Rng::new(args.seed);
     let stop = Arc::new(AtomicBool::new(false));
     let timer = {
         let stop = stop.clone();

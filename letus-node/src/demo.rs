@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use letus_core::workload::Rng;
 use letus_node::api::{BlockRequest, DigestsResponse, WriteOp};
 use letus_verify::hex::encode as hex;
+use letus_workload::Rng;
 
 use crate::serve::{serve_until, ServeArgs};
 

@@ -42,7 +42,7 @@ fn restarts_after_sigkill_keep_every_acknowledged_block_and_stay_short() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(400);
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = letus_core::workload::Rng::new(7);
+    let mut rng = letus_workload::Rng::new(7);
     let mut acked = 0u64;
     let mut restarts: Vec<Duration> = Vec::new();
     let mut round = 0;

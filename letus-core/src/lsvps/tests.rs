@@ -14,23 +14,7 @@ use crate::metrics::Counters;
 
 type Model = BTreeMap<PageKey, Vec<u8>>;
 
-/// splitmix64: deterministic data without a rand dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+use letus_workload::Rng;
 
 fn counters() -> Arc<Counters> {
     Arc::new(Counters::default())
@@ -166,7 +150,7 @@ fn check_mem_against_model(t: &MemIndexTable, model: &Model, queries: &[PageKey]
 fn lsvps_round_trip_many_records() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("000001.idx.tmp");
-    let mut rng = Rng(1);
+    let mut rng = Rng::new(1);
     let max_v = 150;
     let model = random_model(&mut rng, 6000, max_v, 300);
     let meta = meta_for(&model);
@@ -338,7 +322,7 @@ fn lsvps_finish_checks_meta_and_record_size() {
 fn lsvps_torn_file_without_footer_is_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("torn.idx.tmp");
-    let mut rng = Rng(2);
+    let mut rng = Rng::new(2);
     let model = random_model(&mut rng, 300, 20, 40);
     let mut w = IndexFileWriter::create(&path, counters()).unwrap();
     for (k, v) in &model {
@@ -371,7 +355,7 @@ fn flip(path: &Path, at: u64, mask: u8) {
 /// A small file (~150 records, 3 index blocks) and its model.
 fn small_file(dir: &Path, name: &str) -> (PathBuf, Model) {
     let path = dir.join(name);
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     let model = random_model(&mut rng, 150, 30, 12);
     write_file(&path, &model, &meta_for(&model));
     (path, model)
@@ -530,7 +514,7 @@ fn lsvps_newer_format_version_is_unsupported_not_corrupt() {
 fn lsvps_mem_table_matches_index_file_after_flush() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mem.idx");
-    let mut rng = Rng(4);
+    let mut rng = Rng::new(4);
     let pages = pages();
     let mut t = MemIndexTable::new();
     let mut model = Model::new();
@@ -581,7 +565,7 @@ fn lsvps_mem_table_matches_index_file_after_flush() {
 fn lsvps_block_cache_is_bounded_and_counts_hits() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cache.idx");
-    let mut rng = Rng(5);
+    let mut rng = Rng::new(5);
     let model = random_model(&mut rng, 3000, 100, 8);
     write_file(&path, &model, &meta_for(&model));
     let c = counters();

@@ -4,11 +4,11 @@
 use letus_core::Options;
 
 /// The engine's workload generator, with the helpers tests need.
-pub struct Rng(letus_core::workload::Rng);
+pub struct Rng(letus_workload::Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Rng(letus_core::workload::Rng::new(seed))
+        Rng(letus_workload::Rng::new(seed))
     }
     pub fn below(&mut self, n: u64) -> u64 {
         self.0.below(n)

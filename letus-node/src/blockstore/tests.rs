@@ -740,23 +740,11 @@ fn blockstore_is_locked_while_open() {
     BlockStore::open(tmp.path(), fast(300)).unwrap();
 }
 
-/// xorshift64*, for reproducible garbage.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+use letus_workload::Rng;
 
 #[test]
 fn blockstore_garbage_never_panics() {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     let all = versions(20);
     for round in 0..200 {
         let tmp = tempfile::tempdir().unwrap();
@@ -765,18 +753,18 @@ fn blockstore_garbage_never_panics() {
             append_all(&mut s, &all);
             s.segments()
         };
-        let victim = &segs[(rng.next() % segs.len() as u64) as usize];
+        let victim = &segs[(rng.next_u64() % segs.len() as u64) as usize];
         let len = victim.bytes;
         match round % 4 {
             // Random bytes over a random range.
             0 => {
-                let at = rng.next() % len;
-                let n = 1 + rng.next() % 64;
+                let at = rng.next_u64() % len;
+                let n = 1 + rng.next_u64() % 64;
                 write_at(&victim.path, at, &rng.bytes(n as usize));
             }
             // Random bytes appended.
             1 => {
-                let n = 1 + rng.next() % 300;
+                let n = 1 + rng.next_u64() % 300;
                 write_at(&victim.path, len, &rng.bytes(n as usize));
             }
             // Plausible trailer with random fields (valid magic and checksum).
@@ -789,9 +777,9 @@ fn blockstore_garbage_never_panics() {
             }
             // Record-like garbage with huge or small lengths.
             _ => {
-                let at = HEADER_LEN + rng.next() % (len - HEADER_LEN);
+                let at = HEADER_LEN + rng.next_u64() % (len - HEADER_LEN);
                 let mut h = rng.bytes(48);
-                h[4..8].copy_from_slice(&((rng.next() % 512) as u32).to_le_bytes());
+                h[4..8].copy_from_slice(&((rng.next_u64() % 512) as u32).to_le_bytes());
                 write_at(&victim.path, at, &h);
             }
         }

@@ -1,6 +1,8 @@
-//! The LETUS evaluation workload, shared by the demo, the benchmarks and the load generators so that they all
+//! `letus-workload`: the LETUS evaluation workload, shared by the demo, the benchmarks and the load generators so that they all
 //! draw the same keys: a small deterministic generator and the 80/20 account choice (80% of the picks fall on
 //! 20% of the accounts).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 /// xorshift64*: tiny, deterministic, good enough to spread keys; not for anything secret.
 #[derive(Clone, Debug)]
@@ -23,6 +25,11 @@ impl Rng {
     /// A number below `n` (`n` >= 1).
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
+    }
+
+    /// `n` random bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
     }
 
     /// An account among `n`, 80% of the time one of the first 20% ("hot") accounts.
