@@ -14,17 +14,18 @@
 
 pub mod error;
 pub mod fsutil;
-pub mod history_base;
+pub(crate) mod history_base;
 pub mod lsvps;
 pub mod metrics;
 pub mod options;
-pub mod roots_log;
+pub(crate) mod roots_log;
 pub mod store;
-pub mod tombstones;
-pub mod trie;
+pub(crate) mod tombstones;
+pub(crate) mod trie;
 pub mod vdls;
 
 pub use error::{Error, Result};
+pub use history_base::Frontier;
 pub use letus_verify as verify;
 pub use letus_verify::{Digest, Hash, Proof, TrieId, Version};
 pub use options::{MemorySplit, Options};

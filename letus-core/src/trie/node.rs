@@ -62,12 +62,4 @@ impl Cell {
             Cell::Page { hash, .. } => *hash,
         }
     }
-
-    /// The leaf, if the cell is one.
-    pub fn leaf(&self) -> Option<&Leaf> {
-        match self {
-            Cell::Leaf(l) => Some(l),
-            Cell::Page { .. } => None,
-        }
-    }
 }

@@ -655,30 +655,6 @@ fn put_cell(out: &mut Vec<u8>, slot: u16, cell: Option<&Cell>) {
 }
 
 impl Record {
-    /// Encodes the record.
-    pub fn encode(&self) -> Vec<u8> {
-        let cells = match self {
-            Record::Base { slots, .. } => slots.len(),
-            Record::Delta { entries, .. } => entries.iter().map(|(_, c)| c.len() + 1).sum(),
-        };
-        let mut out = Vec::with_capacity(32 + cells * (3 + LEAF_LEN));
-        out.push(FORMAT);
-        match self {
-            Record::Base {
-                version,
-                since_base,
-                slots,
-            } => encode_base_into(&mut out, *version, *since_base, slots),
-            Record::Delta {
-                first_version,
-                since_base,
-                prev,
-                entries,
-            } => encode_delta_into(&mut out, *first_version, *since_base, *prev, entries),
-        }
-        out
-    }
-
     /// Decodes a record; `Err` says what is malformed (the caller adds file and offset).
     pub fn decode(b: &[u8]) -> Result<Record, &'static str> {
         let mut r = Cursor { b };
