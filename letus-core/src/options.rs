@@ -25,6 +25,9 @@ pub struct Options {
     /// `memtable_bytes` (the default: an embedder that writes large blocks trades a longer restart for fewer bytes
     /// written; `letus serve` sets 500).
     pub max_replay_millis: u64,
+    /// Most index-file descriptors kept open (evicted ones are reopened by their next read). `0`: a quarter of
+    /// the process's descriptor limit (`/proc/self/limits`), between 8 and 256.
+    pub max_open_index_files: usize,
     /// Size after which the value log starts a new data file.
     pub vdls_file_bytes: u64,
     /// fsync at every commit. Turning it off loses the durability guarantee; only for experiments.
@@ -47,6 +50,7 @@ impl Default for Options {
             max_delta_chain: 8,
             memtable_bytes: 64 << 20,
             max_replay_millis: u64::MAX,
+            max_open_index_files: 0,
             vdls_file_bytes: 256 << 20,
             sync: true,
             max_key_bytes: 65_535,
@@ -68,6 +72,23 @@ pub struct MemorySplit {
 }
 
 impl Options {
+    /// [`Options::max_open_index_files`] resolved: the setting, or a quarter of the soft descriptor limit.
+    pub fn open_index_files(&self) -> usize {
+        if self.max_open_index_files > 0 {
+            return self.max_open_index_files;
+        }
+        let soft = std::fs::read_to_string("/proc/self/limits")
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find(|l| l.starts_with("Max open files"))
+                    .and_then(|l| l.split_whitespace().nth(3))
+                    .and_then(|n| n.parse::<usize>().ok())
+            })
+            .unwrap_or(1024);
+        (soft / 4).clamp(8, crate::lsvps::MAX_OPEN_FILES)
+    }
+
     /// The split of [`Options::memory_budget_bytes`]: the MemIndexTable its `memtable_bytes` (at most a quarter of
     /// the budget), then 1/32 of the rest for index blocks (a page found through the in-memory lookup block needs
     /// at most one index block; the hot ones are few) and everything else for decoded pages, which is what keeps

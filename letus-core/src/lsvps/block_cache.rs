@@ -1,5 +1,7 @@
-//! The shared cache of decoded index blocks.
+//! The shared cache of what index-file reads need: decoded index blocks, and open file descriptors.
 
+use std::fs::File;
+use std::path::Path;
 use std::sync::Arc;
 
 use quick_cache::sync::Cache;
@@ -29,21 +31,54 @@ impl Weighter<BlockKey, Arc<IndexBlock>> for BlockWeighter {
 ///
 /// The lookup block of each open file is not in here: it is held by its [`super::IndexFile`] for as long as the file
 /// is open. Blocks are immutable (index files are never modified), so a cached block is never stale.
+///
+/// It also holds the open descriptors of the index files, at most [`MAX_OPEN_FILES`] of them: a store has one
+/// index file per flush and never merges them, so keeping every one open would reach the process's descriptor
+/// limit (1,024 by default) after about a thousand flushes. A file whose descriptor was evicted is opened again by
+/// its next read.
 pub struct BlockCache {
     cache: Cache<BlockKey, Arc<IndexBlock>, BlockWeighter>,
     capacity: u64,
+    files: Cache<u64, Arc<File>>,
 }
+
+/// Most index-file descriptors held open at once (what the engine uses of a process's descriptors, with the
+/// value-log files, the logs and, in a node, the sockets).
+pub const MAX_OPEN_FILES: usize = 256;
 
 impl BlockCache {
     /// A cache holding up to about `capacity_bytes` of decoded blocks (0 caches nothing useful: every block is
     /// read from disk).
     pub fn new(capacity_bytes: u64) -> Self {
+        Self::with_open_files(capacity_bytes, MAX_OPEN_FILES)
+    }
+
+    /// [`BlockCache::new`] holding at most `max_open_files` (at least 1) descriptors open.
+    pub fn with_open_files(capacity_bytes: u64, max_open_files: usize) -> Self {
         // ~4 KiB per decoded block; the estimate only sizes quick_cache's tables.
         let estimated_items = (capacity_bytes / 4096).clamp(16, 1 << 22) as usize;
         BlockCache {
             cache: Cache::with_weighter(estimated_items, capacity_bytes, BlockWeighter),
             capacity: capacity_bytes,
+            files: Cache::new(max_open_files.max(1)),
         }
+    }
+
+    /// The open descriptor of index file `file_no` at `path`, opened (read-only) if it is not held. A reader keeps
+    /// its `Arc` for the read, so an eviction never closes a descriptor in use.
+    pub(crate) fn file(&self, file_no: u64, path: &Path) -> crate::error::Result<Arc<File>> {
+        self.files
+            .get_or_insert_with(&file_no, || crate::fsutil::open_read(path).map(Arc::new))
+    }
+
+    /// Keeps `file` as the open descriptor of index file `file_no`.
+    pub(crate) fn keep_file(&self, file_no: u64, file: Arc<File>) {
+        self.files.insert(file_no, file);
+    }
+
+    /// Descriptors held open now.
+    pub fn open_files(&self) -> usize {
+        self.files.len()
     }
 
     /// The byte budget given to [`BlockCache::new`].

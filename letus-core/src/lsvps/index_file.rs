@@ -436,7 +436,6 @@ impl std::fmt::Debug for IndexFileWriter {
 /// [`Error::Corrupt`] naming this file and the offset of the damaged structure, never returned as data.
 pub struct IndexFile {
     path: PathBuf,
-    file: File,
     file_no: u64,
     size: u64,
     meta: FileMeta,
@@ -555,9 +554,9 @@ impl IndexFile {
         Counters::add(&counters.bytes_read, footer.lookup_len);
         let lookup = parse_lookup(path, &buf, &footer)?;
 
+        cache.keep_file(file_no, Arc::new(file));
         Ok(IndexFile {
             path: path.to_path_buf(),
-            file,
             file_no,
             size,
             meta,
@@ -709,7 +708,8 @@ impl IndexFile {
         // The lookup block was checked at open: the block lies inside the index region and has 1..=70 entries.
         let len = l.block_len() as usize;
         let mut buf = vec![0u8; len];
-        fsutil::read_exact_at(&self.file, &self.path, &mut buf, l.offset)?;
+        let file = self.cache.file(self.file_no, &self.path)?;
+        fsutil::read_exact_at(&file, &self.path, &mut buf, l.offset)?;
         Counters::add(&self.counters.index_block_reads, 1);
         Counters::add(&self.counters.bytes_read, len as u64);
         let corrupt =
@@ -756,7 +756,8 @@ impl IndexFile {
         // parsed.
         let total = PAGE_BLOCK_HEADER_LEN as usize + e.len as usize;
         let mut buf = vec![0u8; total];
-        fsutil::read_exact_at(&self.file, &self.path, &mut buf, e.offset)?;
+        let file = self.cache.file(self.file_no, &self.path)?;
+        fsutil::read_exact_at(&file, &self.path, &mut buf, e.offset)?;
         Counters::add(&self.counters.page_reads, 1);
         Counters::add(&self.counters.bytes_read, total as u64);
         let stored_len = u32_at(&buf, 0);

@@ -21,7 +21,7 @@ mod page_key;
 #[cfg(test)]
 mod tests;
 
-pub use block_cache::BlockCache;
+pub use block_cache::{BlockCache, MAX_OPEN_FILES};
 pub use index_file::{
     FileMeta, IndexFile, IndexFileWriter, ENTRY_LEN, FOOTER_LEN, FORMAT_VERSION, HEADER_LEN,
     INDEX_BLOCK_TARGET, MAGIC, MAX_ENTRIES_PER_BLOCK, MAX_RECORD_LEN, PAGE_BLOCK_HEADER_LEN,

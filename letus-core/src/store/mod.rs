@@ -202,7 +202,10 @@ impl Store {
         let lock = lock_dir(&dir, LOCK_FILE)?;
         let counters = Arc::new(Counters::default());
         let split = opts.memory_split();
-        let block_cache = Arc::new(BlockCache::new(split.block_cache_bytes));
+        let block_cache = Arc::new(BlockCache::with_open_files(
+            split.block_cache_bytes,
+            opts.open_index_files(),
+        ));
 
         // LSVPS: every complete index file; temporary files are flushes that never finished.
         let lsvps_dir = dir.join("lsvps");
