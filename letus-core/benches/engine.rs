@@ -44,29 +44,61 @@ fn rss() -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+/// The engine benchmark's settings (`cargo bench -p letus-core --bench engine -- --keys N ...`).
+#[derive(clap::Parser)]
+struct Args {
+    /// Accounts loaded.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Update commits after the load.
+    #[arg(long, default_value_t = 200)]
+    versions: u64,
+    /// Updates per commit.
+    #[arg(long, default_value_t = 1_000)]
+    updates: u64,
+    /// Gets per read phase.
+    #[arg(long, default_value_t = 20_000)]
+    gets: u64,
+    /// `Options::delta_threshold` (default: the engine's).
+    #[arg(long)]
+    td: Option<u32>,
+    /// `Options::base_threshold`.
+    #[arg(long)]
+    tb: Option<u32>,
+    /// `Options::max_delta_chain`.
+    #[arg(long)]
+    chain: Option<u32>,
+    /// `Options::memory_budget_bytes`, in MiB.
+    #[arg(long)]
+    budget_mib: Option<u64>,
+    /// `Options::memtable_bytes`, in MiB.
+    #[arg(long)]
+    memtable_mib: Option<usize>,
+    /// Print load progress every this many keys.
+    #[arg(long, default_value_t = 5_000_000)]
+    report_every: u64,
+    /// Keys per load commit.
+    #[arg(long, default_value_t = 50_000)]
+    load_block: u64,
+    /// Passed by `cargo bench` to every bench binary.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 fn main() {
-    let keys = arg("--keys", 1_000_000);
-    let versions = arg("--versions", 200);
-    let updates = arg("--updates", 1_000);
-    let gets = arg("--gets", 20_000);
+    let a = <Args as clap::Parser>::parse();
+    let (keys, versions, updates, gets) = (a.keys, a.versions, a.updates, a.gets);
     let mut opts = Options::default();
-    opts.delta_threshold = arg("--td", u64::from(opts.delta_threshold)) as u32;
-    opts.base_threshold = arg("--tb", u64::from(opts.base_threshold)) as u32;
-    opts.max_delta_chain = arg("--chain", u64::from(opts.max_delta_chain)) as u32;
-    opts.memory_budget_bytes = arg("--budget-mib", opts.memory_budget_bytes >> 20) << 20;
-    opts.memtable_bytes =
-        (arg("--memtable-mib", (opts.memtable_bytes >> 20) as u64) << 20) as usize;
-    let report_every = arg("--report-every", 5_000_000);
-    let load_block = arg("--load-block", 50_000);
+    opts.delta_threshold = a.td.unwrap_or(opts.delta_threshold);
+    opts.base_threshold = a.tb.unwrap_or(opts.base_threshold);
+    opts.max_delta_chain = a.chain.unwrap_or(opts.max_delta_chain);
+    if let Some(m) = a.budget_mib {
+        opts.memory_budget_bytes = m << 20;
+    }
+    if let Some(m) = a.memtable_mib {
+        opts.memtable_bytes = m << 20;
+    }
+    let (report_every, load_block) = (a.report_every, a.load_block);
     let dir = tempfile::tempdir_in(std::env::var("LETUS_BENCH_DIR").unwrap_or_else(|_| ".".into()))
         .expect("temp dir");
     let mut store = Store::open(dir.path(), opts.clone()).expect("open");

@@ -7,11 +7,15 @@
 use letus_verify::reference::ReferenceTrie;
 use letus_verify::{verify_proof, Limits};
 
+/// Trie sizes to measure (default 1000 100000 1000000).
+#[derive(clap::Parser)]
+struct Args {
+    /// Numbers of keys.
+    sizes: Vec<u64>,
+}
+
 fn main() {
-    let sizes: Vec<u64> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().expect("sizes are integers"))
-        .collect();
+    let sizes = <Args as clap::Parser>::parse().sizes;
     let sizes = if sizes.is_empty() {
         vec![1_000, 100_000, 1_000_000]
     } else {
