@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Long fuzzing of every decoder of letus-verify (not part of CI). Needs the nightly toolchain.
+# Long fuzzing of every decoder (not part of CI): letus-verify's (proofs, digests, history proofs, exports) and the
+# engine's and node's (page records, value log, index files, roots/tombstone logs, history base, block-store
+# segments, JSON request bodies). Needs the nightly toolchain; installs cargo-fuzz from crates.io if missing.
 #   scripts/fuzz.sh [seconds-per-target]    (default 300)
 set -euo pipefail
-cd "$(dirname "$0")/../letus-verify/fuzz"
+cd "$(dirname "$0")/.."
 secs="${1:-300}"
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
-for t in $(cargo +nightly fuzz list); do
-  echo "==> $t for ${secs}s"
-  cargo +nightly fuzz run -O "$t" -- -max_total_time="$secs" -rss_limit_mb=2048
+for dir in letus-verify/fuzz fuzz; do
+  for t in $(cd "$dir" && cargo +nightly fuzz list); do
+    echo "==> $dir: $t for ${secs}s"
+    (cd "$dir" && cargo +nightly fuzz run -O "$t" -- -max_total_time="$secs" -rss_limit_mb=2048)
+  done
 done

@@ -14,6 +14,8 @@
 
 pub mod error;
 pub mod fsutil;
+#[doc(hidden)]
+pub mod fuzzing;
 pub(crate) mod history_base;
 pub mod lsvps;
 pub mod metrics;

@@ -5,6 +5,8 @@ pub mod api;
 pub mod blockstore;
 pub mod error;
 pub mod export;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod metrics;
 pub mod node;

@@ -15,7 +15,7 @@
 //! - nothing is ever overwritten: bytes past the durable end of the last file were never written before (a
 //!   recovery truncation is fsynced before any new append).
 
-mod record;
+pub(crate) mod record;
 mod recovery;
 #[cfg(test)]
 mod tests;
