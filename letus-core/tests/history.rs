@@ -209,3 +209,20 @@ fn a_store_started_from_an_export_carries_the_source_history_commitment() {
     // Versions before the import are not in this store.
     assert!(dst.history_inclusion_proof(0, 8, 14).is_err());
 }
+
+#[test]
+fn the_tombstone_table_is_counted_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path(), small_options()).unwrap();
+    for i in 0..1_000u32 {
+        s.put(0, &i.to_le_bytes(), b"v").unwrap();
+    }
+    s.commit(1).unwrap();
+    assert_eq!(s.memory().tombstone_bytes, 0, "nothing deleted yet");
+    for i in 0..1_000u32 {
+        s.delete(0, &i.to_le_bytes()).unwrap();
+    }
+    s.commit(2).unwrap();
+    // 1,000 keys of 36 bytes (trie id and path) with a 16-byte location each, at the least.
+    assert!(s.memory().tombstone_bytes >= 1_000 * 52, "{:?}", s.memory());
+}

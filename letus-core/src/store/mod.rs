@@ -140,6 +140,9 @@ pub struct MemoryUse {
     pub block_cache_bytes: u64,
     /// Page records not yet flushed to an index file.
     pub memtable_bytes: u64,
+    /// The tombstone table (keys deleted at the latest version), estimated. It is outside the budget: it holds
+    /// what the history of deleted keys needs, however many there are.
+    pub tombstone_bytes: u64,
     /// The budget.
     pub budget_bytes: u64,
 }

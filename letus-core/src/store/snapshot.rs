@@ -24,6 +24,10 @@ impl Shared {
             page_cache_pages: e.page_cache.len() as u64,
             block_cache_bytes: e.block_cache.weight(),
             memtable_bytes: e.mem.bytes() as u64,
+            // Key (tid, path), location and the hash map's own slot and control byte.
+            tombstone_bytes: (e.tombstones.capacity()
+                * (std::mem::size_of::<((TrieId, KeyPath), Location)>() + 1))
+                as u64,
             budget_bytes: e.opts.memory_budget_bytes,
         }
     }
