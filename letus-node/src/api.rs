@@ -154,6 +154,30 @@ pub struct HistoryResponse {
     pub next: Option<u64>,
 }
 
+/// `GET /v1/digest/frontier`: the history of trie `tid` just before `version`, as the frontier a store seeded
+/// from an export of `version` starts its history from (`letus import --history`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrontierResponse {
+    /// Trie id.
+    pub tid: u32,
+    /// The exported version: its entry is entry `size` of the history.
+    pub version: u64,
+    /// Entries before it.
+    pub size: u64,
+    /// The perfect subtrees those entries make up, largest first (the heights are the binary decomposition of
+    /// `size`).
+    pub peaks: Vec<FrontierPeak>,
+}
+
+/// One peak of a [`FrontierResponse`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrontierPeak {
+    /// Height of the perfect subtree (it covers `2^height` entries).
+    pub height: u32,
+    /// Its `MTH` (hex).
+    pub hash: String,
+}
+
 /// `GET /v1/blocks/{version}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockResponse {

@@ -578,6 +578,31 @@ impl Node {
         })
     }
 
+    /// The frontier of trie `tid`'s history just before `version` (default latest): what `letus import` needs
+    /// to carry the history commitment of an export of `version`.
+    pub fn frontier(
+        &self,
+        tid: u32,
+        version: Option<Version>,
+    ) -> Result<FrontierResponse, ApiError> {
+        let store = self.reader.snapshot();
+        let v = Self::resolve(&store, version)?;
+        trie_digest(&store, tid, v)?;
+        let (size, peaks) = store.history_frontier(tid, v)?;
+        Ok(FrontierResponse {
+            tid,
+            version: v,
+            size,
+            peaks: peaks
+                .into_iter()
+                .map(|(height, h)| FrontierPeak {
+                    height,
+                    hash: h.to_string(),
+                })
+                .collect(),
+        })
+    }
+
     /// Streams the state export of `tid` at `version` into `sink`, in chunks.
     pub fn export(
         &self,

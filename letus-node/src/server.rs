@@ -56,6 +56,7 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         .route("/v1/digest", get(digest_latest))
         .route("/v1/digest/consistency", get(consistency))
         .route("/v1/digest/inclusion", get(inclusion))
+        .route("/v1/digest/frontier", get(frontier))
         .route("/v1/digest/{version}", get(digest_at))
         .route("/v1/tries/{tid}/keys/", get(value_of_empty_key))
         .route("/v1/tries/{tid}/keys/{key}", get(value))
@@ -277,6 +278,25 @@ async fn inclusion(
     let node = s.node.clone();
     Ok(Json(
         read(&s.node, move || node.inclusion(tid, version, at)).await?,
+    ))
+}
+
+#[derive(Deserialize)]
+struct FrontierQuery {
+    version: Option<String>,
+    tid: Option<String>,
+}
+
+async fn frontier(
+    State(s): State<AppState>,
+    q: Result<Query<FrontierQuery>, QueryRejection>,
+) -> Result<Json<FrontierResponse>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let tid = q.tid.as_deref().map(tid_param).transpose()?.unwrap_or(0);
+    let version = q.version.as_deref().map(version_param).transpose()?;
+    let node = s.node.clone();
+    Ok(Json(
+        read(&s.node, move || node.frontier(tid, version)).await?,
     ))
 }
 

@@ -172,20 +172,10 @@ pub struct ExportArgs {
     history_out: Option<PathBuf>,
 }
 
-/// The history frontier file written next to an export: the history of trie `tid` just before `version`.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct FrontierFile {
-    tid: u32,
-    version: u64,
-    size: u64,
-    peaks: Vec<FrontierPeak>,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct FrontierPeak {
-    height: u32,
-    hash: String,
-}
+/// The history frontier file written next to an export: the history of trie `tid` just before `version`, in the
+/// shape `GET /v1/digest/frontier` answers.
+type FrontierFile = letus_node::api::FrontierResponse;
+use letus_node::api::FrontierPeak;
 
 fn history_file_next_to(export: &std::path::Path) -> PathBuf {
     let mut name = export.as_os_str().to_owned();

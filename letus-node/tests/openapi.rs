@@ -266,6 +266,14 @@ async fn every_documented_status_of_every_route_is_produced() {
             404,
             "version_not_found",
         ),
+        case("GET", "/v1/digest/frontier?version=2", 200, ""),
+        case("GET", "/v1/digest/frontier?version=x", 400, "bad_request"),
+        case(
+            "GET",
+            "/v1/digest/frontier?version=1&tid=9",
+            404,
+            "unknown_trie",
+        ),
         case("GET", "/v1/digest/inclusion?version=1&at=3", 200, ""),
         case("GET", "/v1/digest/inclusion?at=3", 400, "bad_request"),
         case(

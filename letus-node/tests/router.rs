@@ -788,3 +788,39 @@ async fn history_lists_every_write_across_deletes_and_pages_with_before() {
         assert_eq!((s, code(&v)), (status, c), "{q}: {v}");
     }
 }
+
+#[tokio::test]
+async fn the_history_frontier_continues_into_the_digest_of_its_version() {
+    let t = setup(NodeLimits::default());
+    write_chain(&t).await;
+    for v in 1..=3u64 {
+        let (s, body, _) = call(
+            &t,
+            "GET",
+            &format!("/v1/digest/frontier?version={v}"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        let f: FrontierResponse = serde_json::from_value(body).unwrap();
+        assert_eq!((f.tid, f.version, f.size), (0, v, v - 1));
+        let peaks = f
+            .peaks
+            .iter()
+            .map(|p| (p.height, letus_verify::Hash::from_hex(&p.hash).unwrap()))
+            .collect();
+        // A store seeded from an export of v starts from this frontier and pushes v's entry: the result must be
+        // the history commitment of v's digest.
+        let mut tree = letus_verify::HistoryTree::from_frontier(f.size, peaks).unwrap();
+        let (_, d, _) = call(&t, "GET", &format!("/v1/digest/{v}"), None, None).await;
+        let d: DigestsResponse = serde_json::from_value(d).unwrap();
+        let d = d.digests.iter().find(|d| d.tid == 0).unwrap();
+        tree.push(letus_verify::hash::history_leaf(0, v, &d.root));
+        assert_eq!(
+            (tree.len(), tree.root()),
+            (d.history_len, d.history_root),
+            "v{v}"
+        );
+    }
+}
