@@ -7,8 +7,8 @@
 //! header (16 bytes): magic "LETUSRTS" | u32 format = 1 | u32 crc32(magic || format)
 //! entry  (56 bytes): u64 version | u32 tid | root[32] | u64 root_page_version | u32 crc32(previous 52 bytes)
 //! ```
-//! Entries are appended at each commit without fsync; the file is fsynced before every index-file flush, so all
-//! entries up to the newest flushed version are durable. Entries after it are rebuilt from the value log on
+//! Entries are appended at each commit without fsync; the file is fsynced (by the flush thread) before every index
+//! file is written, so all entries up to the newest flushed version are durable. Entries after it are rebuilt from the value log on
 //! replay, so `open` drops them (and any torn tail) and lets the replay append them again.
 
 use std::fs::File;
@@ -133,13 +133,15 @@ impl RootsLog {
         Ok(n)
     }
 
-    /// Writes and fsyncs.
-    pub fn sync(&mut self) -> Result<u64> {
+    /// Writes buffered entries (no fsync) and returns a second handle of the file, for a flush that fsyncs it off
+    /// the commit path before its index file is written; also the bytes written.
+    pub fn handle_to_sync(&mut self) -> Result<(File, u64)> {
         let n = self.write()?;
-        self.file
-            .sync_data()
+        let f = self
+            .file
+            .try_clone()
             .map_err(|e| Error::io(&self.path, e))?;
-        Ok(n)
+        Ok((f, n))
     }
 
     /// Size of the file.

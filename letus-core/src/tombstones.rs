@@ -212,6 +212,19 @@ impl TombstoneLog {
         Ok(n)
     }
 
+    /// Appends the marker of flushed version `version` (no fsync) and returns a second handle of the file, which
+    /// the flush fsyncs before its index file is written ([`TombstoneLog::sync_flushed`] off the commit path);
+    /// also the bytes written.
+    pub fn mark_flushed(&mut self, version: Version) -> Result<(File, u64)> {
+        self.push(version, 0, FLUSHED, &KeyPath([0; 32]), NO_LOCATION);
+        let n = self.write()?;
+        let f = self
+            .file
+            .try_clone()
+            .map_err(|e| Error::io(&self.path, e))?;
+        Ok((f, n))
+    }
+
     /// Size of the file.
     pub fn disk_bytes(&self) -> u64 {
         self.file.metadata().map(|m| m.len()).unwrap_or(0)

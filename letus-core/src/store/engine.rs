@@ -547,9 +547,14 @@ impl Engine {
         let (Some(min), Some(&max)) = (self.mem_min_version, self.versions.last()) else {
             return Ok(());
         };
-        let mut n = self.roots_log.sync()?;
+        // Both logs must be durable up to `max` before the index file that names `max` exists; the flush thread
+        // fsyncs them first, so the commit that triggers the flush (and the readers it holds up) does not wait.
+        let (roots, mut n) = self.roots_log.handle_to_sync()?;
+        let mut logs = vec![(self.dir.join("roots.log"), roots)];
         if let Some(log) = &mut self.tombstone_log {
-            n += log.sync_flushed(max)?;
+            let (f, m) = log.mark_flushed(max)?;
+            logs.push((self.dir.join("tombstones.log"), f));
+            n += m;
         }
         Counters::add(&self.counters.bytes_written, n);
         let table = Arc::new(std::mem::take(&mut self.mem));
@@ -572,7 +577,12 @@ impl Engine {
         );
         let handle = std::thread::Builder::new()
             .name(format!("letus-flush-{no}"))
-            .spawn(move || write_index_file(&dir, no, &frozen, &meta, counters, block_cache))
+            .spawn(move || {
+                for (path, f) in &logs {
+                    f.sync_data().map_err(|e| Error::io(path, e))?;
+                }
+                write_index_file(&dir, no, &frozen, &meta, counters, block_cache)
+            })
             .map_err(|e| Error::io(&self.dir, e))?;
         self.flushing = Some(Flushing {
             table,
