@@ -607,6 +607,16 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether the next publish is likely to start a flush while the previous one is still being written, so that
+    /// it would wait for it (holding the engine). The committer waits before taking the engine instead.
+    pub(super) fn flush_backpressure(&self) -> bool {
+        let bound = std::time::Duration::from_millis(self.opts.max_replay_millis);
+        self.flushing
+            .as_ref()
+            .is_some_and(|f| !f.handle.is_finished())
+            && (self.mem.bytes() >= self.memtable_limit / 16 * 15 || self.unflushed_work >= bound)
+    }
+
     /// Installs the background flush's index file if it is done (never waits).
     pub(super) fn poll_flush(&mut self) -> Result<()> {
         if self

@@ -680,6 +680,11 @@ impl Store {
         let work = started.elapsed();
         // Written and fsynced without holding the engine: readers go on.
         let end = self.vdls.commit(version, &payload)?;
+        // A publish that would start a flush while the previous one is still being written waits for it here,
+        // beside readers, instead of under the exclusive lock (backpressure, not unbounded memory).
+        while shared.engine().flush_backpressure() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         // Publishing is memory work; readers wait for it only. What a recovery would redo is the trie update and
         // the publish, not the fsync: the clock restarts after it.
         let mut engine = self.engine_mut()?;
