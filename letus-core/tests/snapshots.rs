@@ -205,3 +205,60 @@ fn a_stalled_walk_does_not_hold_up_commits_and_returns_its_version() {
     );
     assert_eq!(store.latest_version(), Some(versions));
 }
+
+#[test]
+fn a_snapshot_reads_the_history_and_frontier_of_its_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path(), small_options()).unwrap();
+    store.put(0, b"alice", b"1").unwrap();
+    store.commit(1).unwrap();
+    store.put(0, b"alice", b"2").unwrap();
+    store.commit(2).unwrap();
+    let at2 = store.snapshot();
+    // After the snapshot: alice is deleted, then written again.
+    store.delete(0, b"alice").unwrap();
+    store.commit(3).unwrap();
+    let at3 = store.snapshot();
+    store.put(0, b"alice", b"4").unwrap();
+    store.commit(4).unwrap();
+    let entries = |s: &letus_core::Snapshot| -> Vec<(u64, Option<Vec<u8>>)> {
+        let p = s.history(0, b"alice", None, 100).unwrap();
+        p.entries
+            .into_iter()
+            .map(|e| (e.version, e.value))
+            .collect()
+    };
+    assert_eq!(
+        entries(&at2),
+        vec![(2, Some(b"2".to_vec())), (1, Some(b"1".to_vec()))],
+        "a snapshot sees the history up to its version only"
+    );
+    assert_eq!(
+        entries(&at3),
+        vec![
+            (3, None),
+            (2, Some(b"2".to_vec())),
+            (1, Some(b"1".to_vec()))
+        ],
+        "a snapshot taken while alice was deleted starts at the delete"
+    );
+    assert_eq!(entries(&store.snapshot()).len(), 4);
+    // Paging on a snapshot, and a cursor above its version refused.
+    let p = at3.history(0, b"alice", None, 1).unwrap();
+    assert_eq!(p.next, Some(3));
+    let p = at3.history(0, b"alice", p.next, 1).unwrap();
+    assert_eq!((p.entries[0].version, p.next), (2, Some(2)));
+    assert!(matches!(
+        at2.history(0, b"alice", Some(4), 10),
+        Err(letus_core::Error::InvalidCursor(4))
+    ));
+    // Digests, versions and frontiers are those of the snapshot's version.
+    assert_eq!(at2.latest_version(), Some(2));
+    assert!(!at2.has_version(3) && store.snapshot().has_version(3));
+    assert_eq!(at2.versions(), vec![1, 2]);
+    assert!(at2.digest(0, 3).is_err());
+    assert_eq!(
+        at2.history_frontier(0, 2).unwrap(),
+        store.history_frontier(0, 2).unwrap()
+    );
+}
