@@ -169,6 +169,36 @@ pub struct FrontierResponse {
     pub peaks: Vec<FrontierPeak>,
 }
 
+impl FrontierResponse {
+    /// The answer for `frontier` (`(size, peaks)`, from `Snapshot::history_frontier`) of trie `tid` before
+    /// `version`.
+    pub fn new(tid: u32, version: u64, frontier: letus_core::Frontier) -> Self {
+        let (size, peaks) = frontier;
+        FrontierResponse {
+            tid,
+            version,
+            size,
+            peaks: peaks
+                .into_iter()
+                .map(|(height, h)| FrontierPeak {
+                    height,
+                    hash: h.to_string(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The frontier as `(size, peaks)`, for `Store::set_history_base`; `None` if a hash is not 64 hex digits.
+    pub fn to_frontier(&self) -> Option<letus_core::Frontier> {
+        let peaks = self
+            .peaks
+            .iter()
+            .map(|p| letus_verify::Hash::from_hex(&p.hash).map(|h| (p.height, h)))
+            .collect::<Option<_>>()?;
+        Some((self.size, peaks))
+    }
+}
+
 /// One peak of a [`FrontierResponse`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrontierPeak {

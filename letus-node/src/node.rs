@@ -588,19 +588,11 @@ impl Node {
         let store = self.reader.snapshot();
         let v = Self::resolve(&store, version)?;
         trie_digest(&store, tid, v)?;
-        let (size, peaks) = store.history_frontier(tid, v)?;
-        Ok(FrontierResponse {
+        Ok(FrontierResponse::new(
             tid,
-            version: v,
-            size,
-            peaks: peaks
-                .into_iter()
-                .map(|(height, h)| FrontierPeak {
-                    height,
-                    hash: h.to_string(),
-                })
-                .collect(),
-        })
+            v,
+            store.history_frontier(tid, v)?,
+        ))
     }
 
     /// Streams the state export of `tid` at `version` into `sink`, in chunks.

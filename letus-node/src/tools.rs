@@ -175,7 +175,6 @@ pub struct ExportArgs {
 /// The history frontier file written next to an export: the history of trie `tid` just before `version`, in the
 /// shape `GET /v1/digest/frontier` answers.
 type FrontierFile = letus_node::api::FrontierResponse;
-use letus_node::api::FrontierPeak;
 
 fn history_file_next_to(export: &std::path::Path) -> PathBuf {
     let mut name = export.as_os_str().to_owned();
@@ -219,21 +218,10 @@ pub fn export(a: ExportArgs) -> Result<ExitCode, String> {
         .clone()
         .or_else(|| (a.out.as_os_str() != "-").then(|| history_file_next_to(&a.out)));
     if let Some(path) = history_out {
-        let (size, peaks) = store
+        let frontier = store
             .history_frontier(a.tid, version)
             .map_err(|e| e.to_string())?;
-        let f = FrontierFile {
-            tid: a.tid,
-            version,
-            size,
-            peaks: peaks
-                .into_iter()
-                .map(|(height, h)| FrontierPeak {
-                    height,
-                    hash: h.to_string(),
-                })
-                .collect(),
-        };
+        let f = FrontierFile::new(a.tid, version, frontier);
         let json = serde_json::to_string(&f).map_err(|e| e.to_string())?;
         std::fs::write(&path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     }
@@ -283,22 +271,8 @@ fn read_frontier(
             f.version
         ));
     }
-    let peaks = f
-        .peaks
-        .iter()
-        .map(|p| {
-            Hash::from_hex(&p.hash)
-                .map(|h| (p.height, h))
-                .ok_or_else(|| {
-                    format!(
-                        "{}: peak hash `{}` is not 64 hex digits",
-                        path.display(),
-                        p.hash
-                    )
-                })
-        })
-        .collect::<Result<_, _>>()?;
-    Ok((f.size, peaks))
+    f.to_frontier()
+        .ok_or_else(|| format!("{}: a peak hash is not 64 hex digits", path.display()))
 }
 
 /// Reads `(key, value)` records of an export that was already verified.
