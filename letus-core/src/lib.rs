@@ -1,14 +1,16 @@
 //! `letus-core`: the letus storage engine.
 //!
 //! A multi-version, verifiable key-value store for blockchains, after the LETUS design:
-//! - the **DMM-Trie** ([`trie`]): the 16-ary, leaf-compressed Merkle trie of `letus-verify`'s SPEC.md, managed as
+//! - the **DMM-Trie** (module `trie`): the 16-ary, leaf-compressed Merkle trie of `letus-verify`'s SPEC.md, managed as
 //!   pages of two levels, every node and page carrying the version of its newest data;
-//! - **LSVPS** ([`lsvps`]): pages stored as DeltaPages and BasePages keyed by `(tid, page id, version, kind)` in
+//! - **LSVPS** (module `lsvps`): pages stored as DeltaPages and BasePages keyed by `(tid, page id, version, kind)` in
 //!   immutable, version-ordered index files, with no compaction;
 //! - **VDLS** ([`vdls`]): an append-only log of `(version, key, value)` records that leaves point into, and that
 //!   doubles as the write-ahead log of each commit.
 //!
-//! The on-disk format, its checksums and the crash argument are in `FORMAT.md`.
+//! The public API is [`Store`] (the one writer), [`Snapshot`] and [`Reader`] (readers on any thread), [`Options`]
+//! and [`Error`]; the trie and LSVPS are internal. The on-disk format, its checksums and the crash argument are
+//! in `FORMAT.md`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -17,7 +19,7 @@ pub mod fsutil;
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod history_base;
-pub mod lsvps;
+pub(crate) mod lsvps;
 pub mod metrics;
 pub mod options;
 pub(crate) mod roots_log;

@@ -49,6 +49,7 @@ pub const MAX_OPEN_FILES: usize = 256;
 impl BlockCache {
     /// A cache holding up to about `capacity_bytes` of decoded blocks (0 caches nothing useful: every block is
     /// read from disk).
+    #[cfg(test)]
     pub fn new(capacity_bytes: u64) -> Self {
         Self::with_open_files(capacity_bytes, MAX_OPEN_FILES)
     }
@@ -76,12 +77,8 @@ impl BlockCache {
         self.files.insert(file_no, file);
     }
 
-    /// Descriptors held open now.
-    pub fn open_files(&self) -> usize {
-        self.files.len()
-    }
-
     /// The byte budget given to [`BlockCache::new`].
+    #[cfg(test)]
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -91,12 +88,8 @@ impl BlockCache {
         self.cache.weight()
     }
 
-    /// Number of blocks held now.
-    pub fn len(&self) -> usize {
-        self.cache.len()
-    }
-
     /// Whether no block is held.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.cache.is_empty()
     }
@@ -107,6 +100,7 @@ impl BlockCache {
     }
 
     /// The cached block, if any (does not load).
+    #[cfg(test)]
     pub(crate) fn get(&self, file_no: u64, offset: u64) -> Option<Arc<IndexBlock>> {
         self.cache.get(&(file_no, offset))
     }
@@ -128,6 +122,7 @@ impl BlockCache {
     }
 
     /// Drops one block.
+    #[cfg(test)]
     pub(crate) fn remove(&self, file_no: u64, offset: u64) {
         self.cache.remove(&(file_no, offset));
     }

@@ -253,19 +253,10 @@ impl IndexFileWriter {
         Ok(w)
     }
 
-    /// The path given to [`IndexFileWriter::create`].
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Records added so far.
+    #[cfg(test)]
     pub fn records(&self) -> u64 {
         self.records
-    }
-
-    /// Bytes written so far (page blocks, buffered or not).
-    pub fn bytes(&self) -> u64 {
-        self.pos
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
@@ -582,12 +573,8 @@ impl IndexFile {
         self.size
     }
 
-    /// The number this file's blocks are cached under.
-    pub fn file_no(&self) -> u64 {
-        self.file_no
-    }
-
     /// Number of index blocks.
+    #[cfg(test)]
     pub fn index_blocks(&self) -> usize {
         self.lookup.len()
     }
@@ -629,6 +616,7 @@ impl IndexFile {
 
     /// All keys in order, without reading page records. Blocks already cached are used; blocks read from disk are
     /// not added to the cache (a full scan would evict the hot blocks).
+    #[cfg(test)]
     pub fn keys(&self) -> Result<Vec<PageKey>> {
         let mut keys =
             Vec::with_capacity(usize::try_from(self.meta.records).unwrap_or(0).min(1 << 24));
@@ -641,6 +629,7 @@ impl IndexFile {
 
     /// Reads every index block and every page record and checks their checksums and structure (for verification
     /// tools). Returns the number of records.
+    #[cfg(test)]
     pub fn verify(&self) -> Result<u64> {
         let mut n = 0u64;
         self.scan(|e| {
@@ -653,6 +642,7 @@ impl IndexFile {
 
     /// Visits every entry in key order, checking the order across blocks and that the page blocks tile the page
     /// region exactly (the checks inside one block are done when it is parsed).
+    #[cfg(test)]
     fn scan(&self, mut visit: impl FnMut(&IndexEntry) -> Result<()>) -> Result<()> {
         let mut prev: Option<PageKey> = None;
         let mut next_offset = HEADER_LEN;
@@ -776,6 +766,7 @@ impl IndexFile {
     }
 
     /// Drops this file's index blocks from the shared cache (when the file is deleted).
+    #[cfg(test)]
     pub fn evict_from_cache(&self) {
         for l in &self.lookup {
             self.cache.remove(self.file_no, l.offset);

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use crate::error::Result;
 
-use super::index_file::{FileMeta, IndexFileWriter, MAX_RECORD_LEN};
+#[cfg(test)]
+use super::index_file::FileMeta;
+use super::index_file::{IndexFileWriter, MAX_RECORD_LEN};
 use super::page_key::PageKey;
 
 /// Bytes counted per record on top of its length, for the key and the map's bookkeeping. An estimate: it only has
@@ -81,6 +83,7 @@ impl MemIndexTable {
     }
 
     /// Whether the table holds no record.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
@@ -92,11 +95,13 @@ impl MemIndexTable {
     }
 
     /// Lowest and highest version of the records, `None` when empty.
+    #[cfg(test)]
     pub fn version_range(&self) -> Option<(u64, u64)> {
         self.versions
     }
 
     /// The records in key order (the order [`IndexFileWriter::add`] requires).
+    #[cfg(test)]
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&PageKey, &Arc<[u8]>)> + '_ {
         self.map.iter()
     }
@@ -112,6 +117,7 @@ impl MemIndexTable {
 
     /// A [`FileMeta`] for flushing this table with the given version bounds and replay position (`records` filled
     /// in).
+    #[cfg(test)]
     pub fn file_meta(
         &self,
         min_version: u64,
@@ -127,6 +133,7 @@ impl MemIndexTable {
     }
 
     /// Removes every record.
+    #[cfg(test)]
     pub fn clear(&mut self) {
         self.map.clear();
         self.bytes = 0;

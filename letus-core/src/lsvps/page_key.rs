@@ -83,6 +83,7 @@ impl PageId {
     }
 
     /// The page two nibbles up, or `None` for the root.
+    #[cfg(test)]
     pub fn parent(&self) -> Option<PageId> {
         if self.depth < 2 {
             return None;
