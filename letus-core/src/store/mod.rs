@@ -176,6 +176,8 @@ type Staged = BTreeMap<(TrieId, KeyPath), (Vec<u8>, Option<Vec<u8>>)>;
 /// only to publish the result (page records, caches, roots), which is memory work.
 pub struct Store {
     shared: Arc<Shared>,
+    /// The options the engine was opened with (for the size checks of staging).
+    limits: Options,
     replayed: Replayed,
     dir: PathBuf,
     counters: Arc<Counters>,
@@ -431,6 +433,7 @@ impl Store {
             .build()
             .map_err(|e| Error::io(&dir, std::io::Error::other(e)))?;
         Ok(Store {
+            limits: engine.opts.clone(),
             replayed: Replayed {
                 versions: replayed.0,
                 updates: replayed.1,
@@ -524,8 +527,8 @@ impl Store {
     }
 
     fn check_sizes(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
-        let e = self.shared.engine();
-        let o = &e.opts;
+        // The limits are copied at open: staging takes no lock.
+        let o = &self.limits;
         if key.len() > o.max_key_bytes {
             return Err(Error::TooLarge {
                 what: "key",

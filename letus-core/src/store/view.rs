@@ -424,16 +424,22 @@ impl View<'_> {
             // From the key's state at the engine's newest version; a snapshot pinned below it skips the entries
             // written after its version (few: only those since the snapshot was taken).
             None => {
-                let mut start = match self.engine.latest_leaf(tid, &path)? {
-                    Some(leaf) => Some(leaf.loc),
-                    None => self.engine.tombstones.get(&(tid, path)).copied(),
+                let newest = self.engine.versions.last().copied();
+                let (mut start, mut skip) = match self.engine.latest_leaf(tid, &path)? {
+                    Some(leaf) => (Some(leaf.loc), self.latest < Some(leaf.version)),
+                    None => (
+                        self.engine.tombstones.get(&(tid, path)).copied(),
+                        self.latest < newest,
+                    ),
                 };
-                while let Some(loc) = start {
+                // Only a snapshot older than the newest version reads records to skip them.
+                while let (true, Some(loc)) = (skip, start) {
                     let rec = self.vdls.read(loc)?;
                     if self.latest.is_some_and(|l| rec.version() <= l) {
-                        break;
+                        skip = false;
+                    } else {
+                        start = rec.prev();
                     }
-                    start = rec.prev();
                 }
                 start
             }
