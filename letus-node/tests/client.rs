@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::agent;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command};
@@ -39,14 +41,6 @@ fn start() -> Node {
         url,
         _dir: dir,
     }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into()
 }
 
 fn post_block(url: &str, version: u64, writes: &[(&[u8], Option<&[u8]>)]) -> DigestsResponse {

@@ -1,6 +1,10 @@
 //! `letus demo` as a newcomer runs it: its output piped into `head -1`, on a busy port, with `--blocks N`; it must
 //! never panic, its URLs must answer while it runs, and its temporary store must be gone however it ends.
 
+mod common;
+
+use common::agent;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,14 +45,6 @@ fn leftovers(tmp: &std::path::Path) -> Vec<String> {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect()
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into()
 }
 
 #[test]

@@ -4,8 +4,9 @@
 
 mod common;
 
+use common::agent;
+
 use std::process::{Child, Command};
-use std::time::Duration;
 
 use letus_node::api::{BlockRequest, DigestsResponse, ValueResponse, WriteOp};
 use letus_verify::hex::{decode as unhex, encode as hex};
@@ -15,14 +16,6 @@ const TOKEN: &str = "e2e-token";
 
 fn start(data: &std::path::Path) -> (Child, String) {
     common::serve(data, TOKEN)
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into()
 }
 
 fn post_block(url: &str, version: u64, n: u32) -> DigestsResponse {

@@ -11,6 +11,8 @@
 
 mod common;
 
+use common::agent;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command};
@@ -29,14 +31,6 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TOKEN: &str = "limits-token";
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .into()
-}
 
 fn block_request(version: u64, keys: u32, value_len: usize) -> BlockRequest {
     BlockRequest {

@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::agent;
+
 use std::time::{Duration, Instant};
 
 use letus_node::api::{BlockRequest, WriteOp};
@@ -15,14 +17,6 @@ use letus_verify::hex::encode as hex;
 use serde_json::Value;
 
 const TOKEN: &str = "restart-token";
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .into()
-}
 
 fn latest(url: &str) -> Option<u64> {
     let v: Value = agent()

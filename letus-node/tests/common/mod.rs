@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// `letus serve` on a free port of 127.0.0.1 over the store in `data`, with write token `token`: the running child
 /// and the URL it listens on (named in the first line it prints).
@@ -39,4 +40,13 @@ pub fn serve_with(data: &Path, token: &str, flags: &[&str]) -> (Child, String) {
         .expect("the node prints its URL")
         .to_string();
     (child, url)
+}
+
+/// An HTTP client for the tests: every status is an answer (not an error), and no request takes over 60 s.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into()
 }
