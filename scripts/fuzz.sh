@@ -2,14 +2,23 @@
 # Long fuzzing of every decoder (not part of CI): letus-verify's (proofs, digests, history proofs, exports) and the
 # engine's and node's (page records, value log, index files, roots/tombstone logs, history base, block-store
 # segments, JSON request bodies). Needs the nightly toolchain; installs cargo-fuzz from crates.io if missing.
-#   scripts/fuzz.sh [seconds-per-target]    (default 300)
+#   scripts/fuzz.sh [seconds-per-target]          each target for that long (default 300)
+#   scripts/fuzz.sh --runs N [crate-dir...]       each target for N executions (issue 16 asks for 10,000,000),
+#                                                 only the fuzz crates named (fuzz, letus-verify/fuzz) if given
+# libFuzzer prints its execution count and rate as it goes; the last `#N DONE` line of each target is the figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-secs="${1:-300}"
+limit="-max_total_time=${1:-300}"
+dirs=(letus-verify/fuzz fuzz)
+if [ "${1:-}" = "--runs" ]; then
+  limit="-runs=${2:?--runs needs a count}"
+  shift 2
+  [ $# -gt 0 ] && dirs=("$@")
+fi
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
-for dir in letus-verify/fuzz fuzz; do
+for dir in "${dirs[@]}"; do
   for t in $(cd "$dir" && cargo +nightly fuzz list); do
-    echo "==> $dir: $t for ${secs}s"
-    (cd "$dir" && cargo +nightly fuzz run -O "$t" -- -max_total_time="$secs" -rss_limit_mb=2048)
+    echo "==> $dir: $t ($limit)"
+    (cd "$dir" && cargo +nightly fuzz run -O "$t" -- "$limit" -rss_limit_mb=2048 -print_final_stats=1)
   done
 done

@@ -1,12 +1,12 @@
-//! File helpers shared by every on-disk structure: errors carry their path, directories are fsynced after
+//! File helpers shared by every on-disk structure, over the storage seam ([`crate::storage`]): errors carry their path, directories are fsynced after
 //! a file is created, renamed or removed (so the name itself is durable), and reads at an offset are `pread`s
 //! that many threads can issue at once.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::storage::{EntryKind, FileRef, OpenMode, Storage, StorageFile};
 
 /// Takes the exclusive lock file `name` in `dir` (created if missing) for as long as the returned file is open;
 /// `Error::Locked(dir)` when another handle, in this process or another, holds it.
@@ -24,38 +24,114 @@ pub fn lock_dir(dir: &Path, name: &str) -> Result<File> {
 }
 
 /// fsyncs a directory so that entries created, renamed or removed in it survive a crash.
-pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(dir, e))
+pub fn sync_dir(fs: &dyn Storage, dir: &Path) -> Result<()> {
+    fs.sync_dir(dir).map_err(|e| Error::io(dir, e))
 }
 
 /// Opens an existing file read-only.
-pub fn open_read(path: &Path) -> Result<File> {
-    File::open(path).map_err(|e| Error::io(path, e))
+pub fn open_read(fs: &dyn Storage, path: &Path) -> Result<FileRef> {
+    fs.open(path, OpenMode::Read)
+        .map_err(|e| Error::io(path, e))
 }
 
 /// Creates a new file for writing (fails if it exists).
-pub fn create_new(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(path)
+pub fn create_new(fs: &dyn Storage, path: &Path) -> Result<FileRef> {
+    fs.open(path, OpenMode::CreateNew)
         .map_err(|e| Error::io(path, e))
 }
 
 /// Opens an existing file for reading and writing.
-pub fn open_rw(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
+pub fn open_rw(fs: &dyn Storage, path: &Path) -> Result<FileRef> {
+    fs.open(path, OpenMode::ReadWrite)
         .map_err(|e| Error::io(path, e))
 }
 
+/// The whole content of `path`; `None` if there is no such file.
+pub fn read_if_exists(fs: &dyn Storage, path: &Path) -> Result<Option<Vec<u8>>> {
+    match fs.read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+/// Whether `path` names a file.
+pub fn is_file(fs: &dyn Storage, path: &Path) -> Result<bool> {
+    Ok(fs.kind(path).map_err(|e| Error::io(path, e))? == Some(EntryKind::File))
+}
+
+/// Removes file `path`.
+pub fn remove_file(fs: &dyn Storage, path: &Path) -> Result<()> {
+    fs.remove_file(path).map_err(|e| Error::io(path, e))
+}
+
+/// Renames `from` to `to` (replacing it).
+pub fn rename(fs: &dyn Storage, from: &Path, to: &Path) -> Result<()> {
+    fs.rename(from, to).map_err(|e| Error::io(to, e))
+}
+
+/// The names of `dir`'s entries that are valid UTF-8 (the engine names every file in ASCII; others are not ours).
+pub fn list(fs: &dyn Storage, dir: &Path) -> Result<Vec<String>> {
+    Ok(fs
+        .list(dir)
+        .map_err(|e| Error::io(dir, e))?
+        .into_iter()
+        .filter_map(|n| n.into_string().ok())
+        .collect())
+}
+
+/// Creates `dir` if missing, fsyncing its parent so that the directory itself is durable.
+pub fn ensure_dir(fs: &dyn Storage, dir: &Path) -> Result<()> {
+    match fs.kind(dir).map_err(|e| Error::io(dir, e))? {
+        Some(EntryKind::Dir) => Ok(()),
+        Some(_) => Err(Error::io(
+            dir,
+            std::io::Error::new(std::io::ErrorKind::AlreadyExists, "not a directory"),
+        )),
+        None => {
+            fs.create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            let parent = match dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            sync_dir(fs, parent)
+        }
+    }
+}
+
+/// A file written only at its end (the engine's small logs): the handle and the length written so far.
+#[derive(Debug)]
+pub struct AppendFile {
+    /// The open file.
+    pub file: FileRef,
+    /// Where the next append goes.
+    pub end: u64,
+}
+
+impl AppendFile {
+    /// Writes `bytes` at the end (no fsync).
+    pub fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.file.write_all_at(bytes, self.end)?;
+        self.end += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Truncates to `end` and fsyncs, so that the next append starts there.
+    pub fn cut(&mut self, end: u64) -> std::io::Result<()> {
+        self.file.set_len(end)?;
+        self.file.sync_all()?;
+        self.end = end;
+        Ok(())
+    }
+}
+
 /// Reads exactly `buf.len()` bytes at `offset`; a short file is reported as corruption, not as data.
-pub fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
+pub fn read_exact_at(
+    file: &dyn StorageFile,
+    path: &Path,
+    buf: &mut [u8],
+    offset: u64,
+) -> Result<()> {
     file.read_exact_at(buf, offset).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             Error::corrupt(

@@ -33,7 +33,11 @@ pub fn index_file(dir: &Path, bytes: &[u8]) -> Result<()> {
     let path = dir.join("000001.idx");
     std::fs::write(&path, bytes).map_err(|e| crate::Error::io(&path, e))?;
     let counters = std::sync::Arc::new(Counters::default());
-    let cache = std::sync::Arc::new(BlockCache::with_open_files(1 << 16, 4));
+    let cache = std::sync::Arc::new(BlockCache::with_open_files(
+        crate::storage::local(),
+        1 << 16,
+        4,
+    ));
     let f = IndexFile::open(&path, 1, counters, cache)?;
     for (tid, depth, version) in [(0, 0, 1), (0, 2, u64::MAX), (7, 4, f.meta().max_version)] {
         if let Some(id) = PageId::new(depth, &KeyPath::of(b"k").0) {
@@ -55,6 +59,7 @@ pub fn value_log(dir: &Path, bytes: &[u8]) -> Result<u64> {
     std::fs::write(&path, bytes).map_err(|e| crate::Error::io(&path, e))?;
     let mut records = 0u64;
     let v = Vdls::open(
+        &crate::storage::local(),
         &vdir,
         VdlsOptions {
             sync: false,
@@ -78,9 +83,9 @@ pub fn small_log(dir: &Path, which: u8, flushed: Option<u64>, bytes: &[u8]) -> R
     let path = dir.join(name);
     std::fs::write(&path, bytes).map_err(|e| crate::Error::io(&path, e))?;
     match which % 3 {
-        0 => crate::roots_log::RootsLog::open(dir, flushed).map(drop),
-        1 => crate::tombstones::TombstoneLog::open(dir, flushed).map(drop),
-        _ => crate::history_base::read(dir).map(drop),
+        0 => crate::roots_log::RootsLog::open(&crate::storage::Local, dir, flushed).map(drop),
+        1 => crate::tombstones::TombstoneLog::open(&crate::storage::Local, dir, flushed).map(drop),
+        _ => crate::history_base::read(&crate::storage::Local, dir).map(drop),
     }
 }
 

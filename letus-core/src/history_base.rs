@@ -12,15 +12,15 @@
 //! (then the directory is fsynced): a crash leaves either no base or the whole of it.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 
 use letus_verify::{Hash, TrieId};
 
 use crate::error::{Error, Result};
 use crate::fsutil::{
-    check_log_header, crc, create_new, log_header, sync_dir, u32_at, u64_at, LOG_HEADER_LEN,
+    self, check_log_header, crc, create_new, log_header, sync_dir, u32_at, u64_at, LOG_HEADER_LEN,
 };
+use crate::storage::Storage;
 
 const MAGIC: &[u8; 8] = b"LETUSHBS";
 const FORMAT: u32 = 1;
@@ -31,12 +31,10 @@ const FILE_NAME: &str = "history_base";
 pub type Frontier = (u64, Vec<(u32, Hash)>);
 
 /// Reads the base of the store in `dir` (empty when the store did not start from an export).
-pub fn read(dir: &Path) -> Result<BTreeMap<TrieId, Frontier>> {
+pub fn read(fs: &dyn Storage, dir: &Path) -> Result<BTreeMap<TrieId, Frontier>> {
     let path = dir.join(FILE_NAME);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) => return Err(Error::io(&path, e)),
+    let Some(bytes) = fsutil::read_if_exists(fs, &path)? else {
+        return Ok(BTreeMap::new());
     };
     let bad = |offset: usize, what: &str| Error::corrupt(&path, offset as u64, what);
     check_log_header(&path, &bytes, MAGIC, FORMAT, "history base")?;
@@ -71,7 +69,7 @@ pub fn read(dir: &Path) -> Result<BTreeMap<TrieId, Frontier>> {
 }
 
 /// Writes the base (see the module's crash argument).
-pub fn write(dir: &Path, base: &BTreeMap<TrieId, Frontier>) -> Result<()> {
+pub fn write(fs: &dyn Storage, dir: &Path, base: &BTreeMap<TrieId, Frontier>) -> Result<()> {
     let path = dir.join(FILE_NAME);
     let tmp = dir.join(format!("{FILE_NAME}.tmp"));
     let mut b = log_header(MAGIC, FORMAT).to_vec();
@@ -88,13 +86,13 @@ pub fn write(dir: &Path, base: &BTreeMap<TrieId, Frontier>) -> Result<()> {
         let c = crc(&b[start..]);
         b.extend_from_slice(&c.to_le_bytes());
     }
-    if tmp.exists() {
-        std::fs::remove_file(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    if fsutil::is_file(fs, &tmp)? {
+        fsutil::remove_file(fs, &tmp)?;
     }
-    let mut f = create_new(&tmp)?;
-    f.write_all(&b)
+    let f = create_new(fs, &tmp)?;
+    f.write_all_at(&b, 0)
         .and_then(|()| f.sync_all())
         .map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
-    sync_dir(dir)
+    fsutil::rename(fs, &tmp, &path)?;
+    sync_dir(fs, dir)
 }

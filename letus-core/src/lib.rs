@@ -23,6 +23,7 @@ pub(crate) mod lsvps;
 pub mod metrics;
 pub mod options;
 pub(crate) mod roots_log;
+pub mod storage;
 pub mod store;
 pub(crate) mod tombstones;
 pub(crate) mod trie;

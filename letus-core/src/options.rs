@@ -39,6 +39,9 @@ pub struct Options {
     /// Threads that `get_many` uses to issue page and value reads concurrently. Reads wait on the device, not the
     /// CPU, so this is larger than the number of cores: it is the I/O queue depth a block's access list can use.
     pub read_threads: usize,
+    /// Where the store's files live: the local file system ([`crate::storage::local`]) unless a test or an
+    /// embedder passes another backend, such as [`crate::storage::faulty::Faulty`].
+    pub storage: crate::storage::SharedStorage,
 }
 
 impl Default for Options {
@@ -56,6 +59,7 @@ impl Default for Options {
             max_key_bytes: 65_535,
             max_value_bytes: 16 << 20,
             read_threads: 32,
+            storage: crate::storage::local(),
         }
     }
 }

@@ -11,17 +11,16 @@
 //! file is written, so all entries up to the newest flushed version are durable. Entries after it are rebuilt from the value log on
 //! replay, so `open` drops them (and any torn tail) and lets the replay append them again.
 
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use letus_verify::{Hash, TrieId, Version};
 
 use crate::error::{Error, Result};
 use crate::fsutil::{
-    check_log_header, crc, create_new, log_header, open_rw, sync_dir, u32_at, u64_at,
-    LOG_HEADER_LEN,
+    self, check_log_header, crc, create_new, log_header, open_rw, sync_dir, u32_at, u64_at,
+    AppendFile, LOG_HEADER_LEN,
 };
+use crate::storage::{FileRef, Storage};
 
 const MAGIC: &[u8; 8] = b"LETUSRTS";
 const FORMAT: u32 = 1;
@@ -44,26 +43,35 @@ pub struct RootEntry {
 /// The open roots log.
 pub struct RootsLog {
     path: PathBuf,
-    file: File,
+    file: AppendFile,
     buf: Vec<u8>,
 }
 
 impl RootsLog {
     /// Opens (or creates) the log and returns the durable entries with `version <= keep_up_to`; everything after
     /// them is cut off. An entry that fails its checksum before `keep_up_to` is reached is corruption.
-    pub fn open(dir: &Path, keep_up_to: Option<Version>) -> Result<(RootsLog, Vec<RootEntry>)> {
+    pub fn open(
+        fs: &dyn Storage,
+        dir: &Path,
+        keep_up_to: Option<Version>,
+    ) -> Result<(RootsLog, Vec<RootEntry>)> {
         let path = dir.join("roots.log");
-        if !path.exists() {
-            let mut f = create_new(&path)?;
-            f.write_all(&log_header(MAGIC, FORMAT))
+        if !fsutil::is_file(fs, &path)? {
+            // Created under a temporary name and renamed once its header is durable: a crash or a failed write
+            // during creation leaves no `roots.log` with a cut header (which would be corruption at every open).
+            let tmp = dir.join("roots.log.tmp");
+            if fsutil::is_file(fs, &tmp)? {
+                fsutil::remove_file(fs, &tmp)?;
+            }
+            let f = create_new(fs, &tmp)?;
+            f.write_all_at(&log_header(MAGIC, FORMAT), 0)
                 .and_then(|()| f.sync_all())
-                .map_err(|e| Error::io(&path, e))?;
-            sync_dir(dir)?;
+                .map_err(|e| Error::io(&tmp, e))?;
+            fsutil::rename(fs, &tmp, &path)?;
+            sync_dir(fs, dir)?;
         }
-        let mut file = open_rw(&path)?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|e| Error::io(&path, e))?;
+        let file = open_rw(fs, &path)?;
+        let bytes = fs.read(&path).map_err(|e| Error::io(&path, e))?;
         check_log_header(&path, &bytes, MAGIC, FORMAT, "roots log")?;
         let mut entries = Vec::new();
         let mut end = HEADER_LEN;
@@ -98,10 +106,8 @@ impl RootsLog {
                 ));
             }
         }
-        file.set_len(end).map_err(|e| Error::io(&path, e))?;
-        file.seek(SeekFrom::Start(end))
-            .map_err(|e| Error::io(&path, e))?;
-        file.sync_all().map_err(|e| Error::io(&path, e))?;
+        let mut file = AppendFile { file, end };
+        file.cut(end).map_err(|e| Error::io(&path, e))?;
         Ok((
             RootsLog {
                 path,
@@ -127,7 +133,7 @@ impl RootsLog {
     pub fn write(&mut self) -> Result<u64> {
         let n = self.buf.len() as u64;
         self.file
-            .write_all(&self.buf)
+            .append(&self.buf)
             .map_err(|e| Error::io(&self.path, e))?;
         self.buf.clear();
         Ok(n)
@@ -135,18 +141,14 @@ impl RootsLog {
 
     /// Writes buffered entries (no fsync) and returns a second handle of the file, for a flush that fsyncs it off
     /// the commit path before its index file is written; also the bytes written.
-    pub fn handle_to_sync(&mut self) -> Result<(File, u64)> {
+    pub fn handle_to_sync(&mut self) -> Result<(FileRef, u64)> {
         let n = self.write()?;
-        let f = self
-            .file
-            .try_clone()
-            .map_err(|e| Error::io(&self.path, e))?;
-        Ok((f, n))
+        Ok((self.file.file.clone(), n))
     }
 
     /// Size of the file.
     pub fn disk_bytes(&self) -> u64 {
-        self.file.metadata().map(|m| m.len()).unwrap_or(0)
+        self.file.end
     }
 }
 

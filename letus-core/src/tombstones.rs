@@ -19,17 +19,16 @@
 //! log on replay (the same way as the roots log's), so `open` cuts them off.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use letus_verify::{KeyPath, TrieId, Version};
 
 use crate::error::{Error, Result};
 use crate::fsutil::{
-    check_log_header, crc, create_new, log_header, open_rw, sync_dir, u32_at, u64_at,
-    LOG_HEADER_LEN,
+    self, check_log_header, crc, create_new, log_header, open_rw, sync_dir, u32_at, u64_at,
+    AppendFile, LOG_HEADER_LEN,
 };
+use crate::storage::{FileRef, Storage};
 use crate::vdls::Location;
 
 const MAGIC: &[u8; 8] = b"LETUSTMB";
@@ -48,7 +47,7 @@ pub type Tombstones = HashMap<(TrieId, KeyPath), Location>;
 /// The open tombstone log.
 pub struct TombstoneLog {
     path: PathBuf,
-    file: File,
+    file: AppendFile,
     buf: Vec<u8>,
 }
 
@@ -60,27 +59,29 @@ impl TombstoneLog {
     /// index files, so the table up to `flushed` must be rebuilt from the value log and written with
     /// [`TombstoneLog::create`]. A store with nothing flushed gets an empty log: its whole value log is replayed.
     pub fn open(
+        fs: &dyn Storage,
         dir: &Path,
         flushed: Option<Version>,
     ) -> Result<Option<(TombstoneLog, Tombstones)>> {
         let path = dir.join(FILE_NAME);
-        if !path.exists() {
+        if !fsutil::is_file(fs, &path)? {
             return match flushed {
                 Some(_) => Ok(None),
                 None => Ok(Some((
-                    Self::create(dir, None, &Tombstones::new())?,
+                    Self::create(fs, dir, None, &Tombstones::new())?,
                     Tombstones::new(),
                 ))),
             };
         }
-        let mut file = open_rw(&path)?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|e| Error::io(&path, e))?;
+        let file = open_rw(fs, &path)?;
+        let bytes = fs.read(&path).map_err(|e| Error::io(&path, e))?;
         check_log_header(&path, &bytes, MAGIC, FORMAT, "tombstone log")?;
         let mut log = TombstoneLog {
             path,
-            file,
+            file: AppendFile {
+                file,
+                end: bytes.len() as u64,
+            },
             buf: Vec::new(),
         };
         let Some(flushed) = flushed else {
@@ -136,19 +137,20 @@ impl TombstoneLog {
     /// Writes a new log holding `table` (and the marker of `flushed`, if any) under a temporary name, fsyncs it and
     /// renames it into place: a crash leaves either no log (and the rebuild runs again) or the complete one.
     pub fn create(
+        fs: &dyn Storage,
         dir: &Path,
         flushed: Option<Version>,
         table: &Tombstones,
     ) -> Result<TombstoneLog> {
         let path = dir.join(FILE_NAME);
         let tmp = dir.join(format!("{FILE_NAME}.tmp"));
-        if tmp.exists() {
-            std::fs::remove_file(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        if fsutil::is_file(fs, &tmp)? {
+            fsutil::remove_file(fs, &tmp)?;
         }
-        let file = create_new(&tmp)?;
+        let file = create_new(fs, &tmp)?;
         let mut log = TombstoneLog {
             path: tmp.clone(),
-            file,
+            file: AppendFile { file, end: 0 },
             buf: Vec::with_capacity(HEADER_LEN as usize + table.len() * ENTRY_LEN),
         };
         log.buf.extend_from_slice(&log_header(MAGIC, FORMAT));
@@ -162,21 +164,17 @@ impl TombstoneLog {
             }
             None => {
                 log.write()?;
-                log.file.sync_all().map_err(|e| Error::io(&tmp, e))?;
+                log.file.file.sync_all().map_err(|e| Error::io(&tmp, e))?;
             }
         }
-        std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
-        sync_dir(dir)?;
+        fsutil::rename(fs, &tmp, &path)?;
+        sync_dir(fs, dir)?;
         log.path = path;
         Ok(log)
     }
 
     fn cut(&mut self, end: u64) -> Result<()> {
-        self.file
-            .set_len(end)
-            .and_then(|()| self.file.seek(SeekFrom::Start(end)).map(|_| ()))
-            .and_then(|()| self.file.sync_all())
-            .map_err(|e| Error::io(&self.path, e))
+        self.file.cut(end).map_err(|e| Error::io(&self.path, e))
     }
 
     /// Buffers: `key` of `tid` is deleted at `version` by the record at `loc`.
@@ -194,7 +192,7 @@ impl TombstoneLog {
         let n = self.buf.len() as u64;
         if n > 0 {
             self.file
-                .write_all(&self.buf)
+                .append(&self.buf)
                 .map_err(|e| Error::io(&self.path, e))?;
             self.buf.clear();
         }
@@ -207,6 +205,7 @@ impl TombstoneLog {
         self.push(version, 0, FLUSHED, &KeyPath([0; 32]), NO_LOCATION);
         let n = self.write()?;
         self.file
+            .file
             .sync_data()
             .map_err(|e| Error::io(&self.path, e))?;
         Ok(n)
@@ -215,19 +214,15 @@ impl TombstoneLog {
     /// Appends the marker of flushed version `version` (no fsync) and returns a second handle of the file, which
     /// the flush fsyncs before its index file is written ([`TombstoneLog::sync_flushed`] off the commit path);
     /// also the bytes written.
-    pub fn mark_flushed(&mut self, version: Version) -> Result<(File, u64)> {
+    pub fn mark_flushed(&mut self, version: Version) -> Result<(FileRef, u64)> {
         self.push(version, 0, FLUSHED, &KeyPath([0; 32]), NO_LOCATION);
         let n = self.write()?;
-        let f = self
-            .file
-            .try_clone()
-            .map_err(|e| Error::io(&self.path, e))?;
-        Ok((f, n))
+        Ok((self.file.file.clone(), n))
     }
 
     /// Size of the file.
     pub fn disk_bytes(&self) -> u64 {
-        self.file.metadata().map(|m| m.len()).unwrap_or(0)
+        self.file.end
     }
 
     fn push(&mut self, version: Version, tid: TrieId, kind: u8, path: &KeyPath, loc: Location) {
@@ -300,7 +295,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (KeyPath::of(b"a"), KeyPath::of(b"b"));
         {
-            let (mut log, t) = TombstoneLog::open(dir.path(), None).unwrap().unwrap();
+            let (mut log, t) = TombstoneLog::open(&crate::storage::Local, dir.path(), None)
+                .unwrap()
+                .unwrap();
             assert!(t.is_empty());
             log.set(1, 0, &a, loc(100));
             log.set(2, 0, &b, loc(200));
@@ -309,11 +306,15 @@ mod tests {
             log.set(4, 0, &a, loc(400));
             log.write().unwrap();
         }
-        let (_, t) = TombstoneLog::open(dir.path(), Some(3)).unwrap().unwrap();
+        let (_, t) = TombstoneLog::open(&crate::storage::Local, dir.path(), Some(3))
+            .unwrap()
+            .unwrap();
         assert_eq!(t.len(), 1);
         assert_eq!(t.get(&(0, b)), Some(&loc(200)));
         // The entry of version 4 was cut: opening again at 3 still works and does not see it.
-        let (_, t) = TombstoneLog::open(dir.path(), Some(3)).unwrap().unwrap();
+        let (_, t) = TombstoneLog::open(&crate::storage::Local, dir.path(), Some(3))
+            .unwrap()
+            .unwrap();
         assert_eq!(t.len(), 1);
     }
 
@@ -321,12 +322,14 @@ mod tests {
     fn a_missing_marker_or_a_damaged_durable_entry_is_corruption() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (mut log, _) = TombstoneLog::open(dir.path(), None).unwrap().unwrap();
+            let (mut log, _) = TombstoneLog::open(&crate::storage::Local, dir.path(), None)
+                .unwrap()
+                .unwrap();
             log.set(1, 0, &KeyPath::of(b"a"), loc(100));
             log.sync_flushed(1).unwrap();
         }
         assert!(matches!(
-            TombstoneLog::open(dir.path(), Some(2)),
+            TombstoneLog::open(&crate::storage::Local, dir.path(), Some(2)),
             Err(Error::Corrupt { .. })
         ));
         let path = dir.path().join(FILE_NAME);
@@ -334,7 +337,7 @@ mod tests {
         bytes[HEADER_LEN as usize + 20] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
         assert!(matches!(
-            TombstoneLog::open(dir.path(), Some(1)),
+            TombstoneLog::open(&crate::storage::Local, dir.path(), Some(1)),
             Err(Error::Corrupt { .. })
         ));
     }
@@ -342,11 +345,17 @@ mod tests {
     #[test]
     fn a_store_without_the_log_and_with_flushed_files_is_rebuilt() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(TombstoneLog::open(dir.path(), Some(7)).unwrap().is_none());
+        assert!(
+            TombstoneLog::open(&crate::storage::Local, dir.path(), Some(7))
+                .unwrap()
+                .is_none()
+        );
         let mut table = Tombstones::new();
         table.insert((3, KeyPath::of(b"x")), loc(300));
-        drop(TombstoneLog::create(dir.path(), Some(7), &table).unwrap());
-        let (_, t) = TombstoneLog::open(dir.path(), Some(7)).unwrap().unwrap();
+        drop(TombstoneLog::create(&crate::storage::Local, dir.path(), Some(7), &table).unwrap());
+        let (_, t) = TombstoneLog::open(&crate::storage::Local, dir.path(), Some(7))
+            .unwrap()
+            .unwrap();
         assert_eq!(t, table);
     }
 }

@@ -178,6 +178,7 @@ fn a_checksum_valid_group_that_writes_a_key_twice_is_corruption_not_a_hang() {
     }
     // A crafted group that passes every checksum: version 2 puts the same key twice.
     let mut log = Vdls::open(
+        &letus_core::storage::local(),
         &dir.path().join("vdls"),
         VdlsOptions::default(),
         std::sync::Arc::new(Counters::default()),

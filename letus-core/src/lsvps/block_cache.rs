@@ -1,6 +1,5 @@
 //! The shared cache of what index-file reads need: decoded index blocks, and open file descriptors.
 
-use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -8,6 +7,7 @@ use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 
 use super::index_file::IndexBlock;
+use crate::storage::{FileRef, SharedStorage, Storage};
 
 /// Cache key: `(file number, byte offset of the index block in that file)`.
 ///
@@ -39,7 +39,9 @@ impl Weighter<BlockKey, Arc<IndexBlock>> for BlockWeighter {
 pub struct BlockCache {
     cache: Cache<BlockKey, Arc<IndexBlock>, BlockWeighter>,
     capacity: u64,
-    files: Cache<u64, Arc<File>>,
+    files: Cache<u64, FileRef>,
+    /// Where the index files are (re)opened.
+    storage: SharedStorage,
 }
 
 /// Most index-file descriptors held open at once (what the engine uses of a process's descriptors, with the
@@ -51,29 +53,39 @@ impl BlockCache {
     /// read from disk).
     #[cfg(test)]
     pub fn new(capacity_bytes: u64) -> Self {
-        Self::with_open_files(capacity_bytes, MAX_OPEN_FILES)
+        Self::with_open_files(crate::storage::local(), capacity_bytes, MAX_OPEN_FILES)
     }
 
-    /// [`BlockCache::new`] holding at most `max_open_files` (at least 1) descriptors open.
-    pub fn with_open_files(capacity_bytes: u64, max_open_files: usize) -> Self {
+    /// [`BlockCache::new`] over `storage`, holding at most `max_open_files` (at least 1) descriptors open.
+    pub fn with_open_files(
+        storage: SharedStorage,
+        capacity_bytes: u64,
+        max_open_files: usize,
+    ) -> Self {
         // ~4 KiB per decoded block; the estimate only sizes quick_cache's tables.
         let estimated_items = (capacity_bytes / 4096).clamp(16, 1 << 22) as usize;
         BlockCache {
             cache: Cache::with_weighter(estimated_items, capacity_bytes, BlockWeighter),
             capacity: capacity_bytes,
             files: Cache::new(max_open_files.max(1)),
+            storage,
         }
+    }
+
+    /// The backend the index files are opened from.
+    pub(crate) fn storage(&self) -> &dyn Storage {
+        &*self.storage
     }
 
     /// The open descriptor of index file `file_no` at `path`, opened (read-only) if it is not held. A reader keeps
     /// its `Arc` for the read, so an eviction never closes a descriptor in use.
-    pub(crate) fn file(&self, file_no: u64, path: &Path) -> crate::error::Result<Arc<File>> {
+    pub(crate) fn file(&self, file_no: u64, path: &Path) -> crate::error::Result<FileRef> {
         self.files
-            .get_or_insert_with(&file_no, || crate::fsutil::open_read(path).map(Arc::new))
+            .get_or_insert_with(&file_no, || crate::fsutil::open_read(&*self.storage, path))
     }
 
     /// Keeps `file` as the open descriptor of index file `file_no`.
-    pub(crate) fn keep_file(&self, file_no: u64, file: Arc<File>) {
+    pub(crate) fn keep_file(&self, file_no: u64, file: FileRef) {
         self.files.insert(file_no, file);
     }
 

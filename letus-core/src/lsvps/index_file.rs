@@ -17,14 +17,13 @@
 //! - the **footer** holds the [`FileMeta`], the offsets of the index region and of the lookup block, the format
 //!   version and the magic, under its own CRC.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::fsutil::{self, u32_at, u64_at};
+use crate::fsutil::{self, u32_at, u64_at, AppendFile};
 use crate::metrics::Counters;
+use crate::storage::Storage;
 
 use super::block_cache::BlockCache;
 use super::page_key::PageKey;
@@ -47,6 +46,8 @@ pub const MAX_RECORD_LEN: usize = 16 << 20;
 pub const ENTRY_LEN: usize = PageKey::ENCODED_LEN + 8 + 4;
 /// Target size of an index block.
 pub const INDEX_BLOCK_TARGET: usize = 4096;
+/// The writer's buffer: page blocks reach the file in pieces of about this size.
+const WRITE_CHUNK: usize = 256 << 10;
 /// Entries per full index block: `(4096 - 8) / 58 = 70`, so a full block is `8 + 70 * 58 = 4068` bytes.
 pub const MAX_ENTRIES_PER_BLOCK: usize = (INDEX_BLOCK_TARGET - 8) / ENTRY_LEN;
 
@@ -208,9 +209,11 @@ fn encode_header() -> [u8; HEADER_LEN as usize] {
 /// corrupt: the engine deletes such a file (it still has its temporary name).
 pub struct IndexFileWriter {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: AppendFile,
+    /// Bytes not yet written to `out` (written in large pieces, not one `pwrite` per page block).
+    pending: Vec<u8>,
     counters: Arc<Counters>,
-    /// Bytes written so far: the offset of the next page block.
+    /// Bytes added so far: the offset of the next page block.
     pos: u64,
     /// The last key added; every new key must be greater.
     last: Option<PageKey>,
@@ -232,11 +235,12 @@ pub struct IndexFileWriter {
 impl IndexFileWriter {
     /// Creates `path` (which must not exist; the engine passes a temporary name and renames it after `finish`) and
     /// writes the header.
-    pub fn create(path: &Path, counters: Arc<Counters>) -> Result<Self> {
-        let file = fsutil::create_new(path)?;
+    pub fn create(fs: &dyn Storage, path: &Path, counters: Arc<Counters>) -> Result<Self> {
+        let file = fsutil::create_new(fs, path)?;
         let mut w = IndexFileWriter {
             path: path.to_path_buf(),
-            out: BufWriter::with_capacity(256 << 10, file),
+            out: AppendFile { file, end: 0 },
+            pending: Vec::with_capacity(WRITE_CHUNK),
             counters,
             pos: 0,
             last: None,
@@ -260,12 +264,27 @@ impl IndexFileWriter {
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        if let Err(e) = self.out.write_all(bytes) {
+        self.pending.extend_from_slice(bytes);
+        self.pos += bytes.len() as u64;
+        Counters::add(&self.counters.bytes_written, bytes.len() as u64);
+        if self.pending.len() >= WRITE_CHUNK {
+            self.write_pending()?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is buffered (what a crash in the middle of a flush may leave on disk).
+    #[cfg(test)]
+    pub fn write_buffered(&mut self) -> Result<()> {
+        self.write_pending()
+    }
+
+    fn write_pending(&mut self) -> Result<()> {
+        if let Err(e) = self.out.append(&self.pending) {
             self.failed = true;
             return Err(Error::io(&self.path, e));
         }
-        self.pos += bytes.len() as u64;
-        Counters::add(&self.counters.bytes_written, bytes.len() as u64);
+        self.pending.clear();
         Ok(())
     }
 
@@ -401,12 +420,11 @@ impl IndexFileWriter {
 
         // Everything reaches the disk before finish returns: the engine renames the file to its final name only
         // after this, so a final name always denotes a complete file.
-        let path = self.path.clone();
-        self.out.flush().map_err(|e| Error::io(&path, e))?;
+        self.write_pending()?;
         self.out
-            .get_ref()
+            .file
             .sync_all()
-            .map_err(|e| Error::io(&path, e))?;
+            .map_err(|e| Error::io(&self.path, e))?;
         Ok(self.pos)
     }
 }
@@ -453,8 +471,8 @@ impl IndexFile {
         counters: Arc<Counters>,
         cache: Arc<BlockCache>,
     ) -> Result<Self> {
-        let file = fsutil::open_read(path)?;
-        let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let file = fsutil::open_read(cache.storage(), path)?;
+        let size = file.size().map_err(|e| Error::io(path, e))?;
         let corrupt = |offset: u64, what: String| Error::corrupt(path, offset, what);
         if size < HEADER_LEN + 8 + FOOTER_LEN {
             return Err(corrupt(
@@ -468,7 +486,7 @@ impl IndexFile {
         // Header. Its 16-byte layout is the same in every format version, so its CRC is checked before its version
         // is believed.
         let mut h = [0u8; HEADER_LEN as usize];
-        fsutil::read_exact_at(&file, path, &mut h, 0)?;
+        fsutil::read_exact_at(&*file, path, &mut h, 0)?;
         if h[0..8] != MAGIC {
             return Err(corrupt(0, "bad magic: not a letus index file".into()));
         }
@@ -480,7 +498,7 @@ impl IndexFile {
         // Footer.
         let foot_at = size - FOOTER_LEN;
         let mut f = [0u8; FOOTER_LEN as usize];
-        fsutil::read_exact_at(&file, path, &mut f, foot_at)?;
+        fsutil::read_exact_at(&*file, path, &mut f, foot_at)?;
         if f[72..80] != MAGIC {
             return Err(corrupt(
                 foot_at,
@@ -541,11 +559,11 @@ impl IndexFile {
 
         // Lookup block. Its length is bounded by the file size (checked above), so the allocation is too.
         let mut buf = vec![0u8; footer.lookup_len as usize];
-        fsutil::read_exact_at(&file, path, &mut buf, footer.lookup_offset)?;
+        fsutil::read_exact_at(&*file, path, &mut buf, footer.lookup_offset)?;
         Counters::add(&counters.bytes_read, footer.lookup_len);
         let lookup = parse_lookup(path, &buf, &footer)?;
 
-        cache.keep_file(file_no, Arc::new(file));
+        cache.keep_file(file_no, file);
         Ok(IndexFile {
             path: path.to_path_buf(),
             file_no,
@@ -699,7 +717,7 @@ impl IndexFile {
         let len = l.block_len() as usize;
         let mut buf = vec![0u8; len];
         let file = self.cache.file(self.file_no, &self.path)?;
-        fsutil::read_exact_at(&file, &self.path, &mut buf, l.offset)?;
+        fsutil::read_exact_at(&*file, &self.path, &mut buf, l.offset)?;
         Counters::add(&self.counters.index_block_reads, 1);
         Counters::add(&self.counters.bytes_read, len as u64);
         let corrupt =
@@ -747,7 +765,7 @@ impl IndexFile {
         let total = PAGE_BLOCK_HEADER_LEN as usize + e.len as usize;
         let mut buf = vec![0u8; total];
         let file = self.cache.file(self.file_no, &self.path)?;
-        fsutil::read_exact_at(&file, &self.path, &mut buf, e.offset)?;
+        fsutil::read_exact_at(&*file, &self.path, &mut buf, e.offset)?;
         Counters::add(&self.counters.page_reads, 1);
         Counters::add(&self.counters.bytes_read, total as u64);
         let stored_len = u32_at(&buf, 0);

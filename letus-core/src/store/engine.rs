@@ -643,11 +643,12 @@ pub(super) fn write_index_file(
 ) -> Result<IndexFile> {
     let tmp = dir.join(format!("{no:06}.idx.tmp"));
     let fin = dir.join(format!("{no:06}.idx"));
-    let mut w = IndexFileWriter::create(&tmp, counters.clone())?;
+    let fs = block_cache.storage();
+    let mut w = IndexFileWriter::create(fs, &tmp, counters.clone())?;
     table.write_to(&mut w)?;
     w.finish(meta)?;
-    std::fs::rename(&tmp, &fin).map_err(|e| Error::io(&fin, e))?;
-    sync_dir(dir)?;
+    fsutil::rename(fs, &tmp, &fin)?;
+    sync_dir(fs, dir)?;
     IndexFile::open(&fin, no, counters, block_cache)
 }
 

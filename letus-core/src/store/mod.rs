@@ -33,7 +33,7 @@ use letus_verify::{Digest, Hash, HistoryTree, KeyPath, Proof, TrieId, Version, E
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::fsutil::{lock_dir, sync_dir};
+use crate::fsutil::{self, lock_dir, sync_dir};
 use crate::history_base::{self, Frontier};
 use crate::lsvps::{
     BlockCache, FileMeta, IndexFile, IndexFileWriter, MemIndexTable, PageId, PageKey, PageKind,
@@ -203,28 +203,26 @@ impl Store {
     /// committed version with exactly its roots.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let fs = opts.storage.clone();
+        fs.create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         let lock = lock_dir(&dir, LOCK_FILE)?;
         let counters = Arc::new(Counters::default());
         let split = opts.memory_split();
         let block_cache = Arc::new(BlockCache::with_open_files(
+            fs.clone(),
             split.block_cache_bytes,
             opts.open_index_files(),
         ));
 
         // LSVPS: every complete index file; temporary files are flushes that never finished.
         let lsvps_dir = dir.join("lsvps");
-        std::fs::create_dir_all(&lsvps_dir).map_err(|e| Error::io(&lsvps_dir, e))?;
+        fs.create_dir_all(&lsvps_dir)
+            .map_err(|e| Error::io(&lsvps_dir, e))?;
         let mut numbered = Vec::new();
-        for entry in std::fs::read_dir(&lsvps_dir).map_err(|e| Error::io(&lsvps_dir, e))? {
-            let path = entry.map_err(|e| Error::io(&lsvps_dir, e))?.path();
-            let name = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or_default()
-                .to_string();
+        for name in fsutil::list(&*fs, &lsvps_dir)? {
+            let path = lsvps_dir.join(&name);
             if name.ends_with(".tmp") {
-                std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+                fsutil::remove_file(&*fs, &path)?;
                 continue;
             }
             if let Some(no) = name
@@ -234,7 +232,7 @@ impl Store {
                 numbered.push((no, path));
             }
         }
-        sync_dir(&lsvps_dir)?;
+        sync_dir(&*fs, &lsvps_dir)?;
         numbered.sort();
         let mut files: Vec<Arc<IndexFile>> = Vec::new();
         for (i, (no, path)) in numbered.iter().enumerate() {
@@ -273,15 +271,16 @@ impl Store {
             offset: f.meta().replay_from.1,
         });
 
-        let (roots_log, entries) = RootsLog::open(&dir, flushed)?;
+        let (roots_log, entries) = RootsLog::open(&*fs, &dir, flushed)?;
         // A store written before the tombstone log existed has its table rebuilt from the whole value log: the
         // groups up to `flushed` only update the table, the later ones are replayed as usual.
-        let (tombstone_log, tombstones, replay_from) = match TombstoneLog::open(&dir, flushed)? {
-            Some((log, table)) => (Some(log), table, replay_from),
-            None => (None, Tombstones::new(), Position::START),
-        };
+        let (tombstone_log, tombstones, replay_from) =
+            match TombstoneLog::open(&*fs, &dir, flushed)? {
+                Some((log, table)) => (Some(log), table, replay_from),
+                None => (None, Tombstones::new(), Position::START),
+            };
         let mut tries: BTreeMap<TrieId, TrieState> = BTreeMap::new();
-        for (tid, (size, peaks)) in history_base::read(&dir)? {
+        for (tid, (size, peaks)) in history_base::read(&*fs, &dir)? {
             let history = HistoryTree::from_frontier(size, peaks).map_err(|e| {
                 Error::corrupt(dir.join("history_base"), 0, format!("trie {tid}: {e}"))
             })?;
@@ -339,6 +338,7 @@ impl Store {
             sync: opts.sync,
         };
         let vdls = Vdls::open(
+            &fs,
             &dir.join("vdls"),
             vdls_opts,
             counters,
@@ -376,8 +376,12 @@ impl Store {
                                 apply_tombstones(&mut engine.tombstones, None, *version, changes);
                                 return Ok(());
                             }
-                            engine.tombstone_log =
-                                Some(TombstoneLog::create(&dir, flushed, &engine.tombstones)?);
+                            engine.tombstone_log = Some(TombstoneLog::create(
+                                &*fs,
+                                &dir,
+                                flushed,
+                                &engine.tombstones,
+                            )?);
                         }
                         let mut writes = std::mem::take(&mut pending);
                         for w in writes.values_mut() {
@@ -425,7 +429,12 @@ impl Store {
             },
         )?;
         if engine.tombstone_log.is_none() {
-            engine.tombstone_log = Some(TombstoneLog::create(&dir, flushed, &engine.tombstones)?);
+            engine.tombstone_log = Some(TombstoneLog::create(
+                &*fs,
+                &dir,
+                flushed,
+                &engine.tombstones,
+            )?);
         }
         let read_pool = rayon::ThreadPoolBuilder::new()
             .num_threads(opts.read_threads.max(1))
@@ -716,9 +725,10 @@ impl Store {
         }
         let history = HistoryTree::from_frontier(size, peaks.clone())
             .map_err(|e| Error::InvalidHistoryBase(e.to_string()))?;
-        let mut base = history_base::read(&self.dir)?;
+        let fs = &*self.limits.storage;
+        let mut base = history_base::read(fs, &self.dir)?;
         base.insert(tid, (size, peaks));
-        history_base::write(&self.dir, &base)?;
+        history_base::write(fs, &self.dir, &base)?;
         self.engine_mut()?.tries.insert(
             tid,
             TrieState {

@@ -20,9 +20,7 @@ mod recovery;
 #[cfg(test)]
 mod tests;
 
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -32,6 +30,7 @@ use rayon::prelude::*;
 use crate::error::{Error, Result};
 use crate::fsutil;
 use crate::metrics::Counters;
+use crate::storage::{FileRef, SharedStorage};
 
 use record::{Header, Update};
 pub use record::{
@@ -160,7 +159,7 @@ impl Default for VdlsOptions {
 struct DataFile {
     id: u32,
     path: PathBuf,
-    file: File,
+    file: FileRef,
     len: u64,
 }
 
@@ -187,7 +186,7 @@ struct Group {
 struct SharedFile {
     id: u32,
     path: PathBuf,
-    file: File,
+    file: FileRef,
     len: AtomicU64,
 }
 
@@ -211,6 +210,7 @@ pub struct VdlsReader {
 /// The log. Appends and commits take `&mut self` (one writer); reads go through [`Vdls::reader`], which any
 /// number of threads can use while a commit is being written.
 pub struct Vdls {
+    fs: SharedStorage,
     dir: PathBuf,
     opts: VdlsOptions,
     counters: Arc<Counters>,
@@ -269,7 +269,7 @@ impl VdlsReader {
             ));
         }
         let mut buf = vec![0u8; len];
-        fsutil::read_exact_at(&f.file, &f.path, &mut buf, loc.offset)?;
+        fsutil::read_exact_at(&*f.file, &f.path, &mut buf, loc.offset)?;
         Counters::add(&self.counters.value_reads, 1);
         Counters::add(&self.counters.bytes_read, len as u64);
         match record::decode(&buf, loc.file_id, loc.offset) {
@@ -359,19 +359,21 @@ impl Vdls {
     /// [`Error::Corrupt`]. `from` must be [`Position::START`] or a position returned by [`Vdls::commit`] /
     /// [`Vdls::end`]. The rule that separates a torn tail from corruption is in `FORMAT.md §1`.
     pub fn open(
+        fs: &SharedStorage,
         dir: &Path,
         opts: VdlsOptions,
         counters: Arc<Counters>,
         from: Position,
         replay: impl FnMut(Location, &Record) -> Result<()>,
     ) -> Result<Vdls> {
-        let r = recovery::recover(dir, &counters, from, replay)?;
+        let r = recovery::recover(&**fs, dir, &counters, from, replay)?;
         let end = Position {
             file_id: r.files.last().map_or(1, |f| f.id),
             offset: r.files.last().map_or(HEADER_LEN, |f| f.len),
         };
         let files = r.files.into_iter().map(|f| Arc::new(f.shared())).collect();
         Ok(Vdls {
+            fs: fs.clone(),
             dir: dir.to_path_buf(),
             opts,
             counters: counters.clone(),
@@ -626,23 +628,28 @@ impl Vdls {
 
     /// Creates data file `id` durably: header written, file fsynced, directory fsynced.
     fn create_file(&self, id: u32, prev_file_len: u64) -> Result<DataFile> {
-        let df = create_data_file(&self.dir, id, prev_file_len)?;
+        let df = create_data_file(&*self.fs, &self.dir, id, prev_file_len)?;
         Counters::add(&self.counters.bytes_written, HEADER_LEN);
         Ok(df)
     }
 }
 
 /// Creates data file `id` in `dir`: header, file fsync, directory fsync (so the name is durable).
-fn create_data_file(dir: &Path, id: u32, prev_file_len: u64) -> Result<DataFile> {
+fn create_data_file(
+    fs: &dyn crate::storage::Storage,
+    dir: &Path,
+    id: u32,
+    prev_file_len: u64,
+) -> Result<DataFile> {
     let path = file_path(dir, id);
-    let file = fsutil::create_new(&path)?;
+    let file = fsutil::create_new(fs, &path)?;
     let h = record::encode_header(Header {
         file_id: id,
         prev_file_len,
     });
     file.write_all_at(&h, 0).map_err(|e| Error::io(&path, e))?;
     file.sync_all().map_err(|e| Error::io(&path, e))?;
-    fsutil::sync_dir(dir)?;
+    fsutil::sync_dir(fs, dir)?;
     Ok(DataFile {
         id,
         path,

@@ -14,7 +14,7 @@
 //! Commit record that contradicts its group (wrong start, record count or version), cannot be produced by a torn
 //! write either, and is corruption wherever it is.
 
-use std::fs::File;
+use crate::storage::{Storage, StorageFile};
 use std::path::Path;
 
 use super::record::{self, DecodeError, HeaderError, HEADER_LEN, KIND_AT, KIND_COMMIT, PREFIX_LEN};
@@ -35,13 +35,14 @@ pub(crate) struct Recovered {
 const CHUNK: usize = 1 << 20;
 
 pub(crate) fn recover(
+    fs: &dyn Storage,
     dir: &Path,
     counters: &Counters,
     mut from: Position,
     mut replay: impl FnMut(Location, &Record) -> Result<()>,
 ) -> Result<Recovered> {
-    ensure_dir(dir)?;
-    let mut files = open_files(dir)?;
+    fsutil::ensure_dir(fs, dir)?;
+    let mut files = open_files(fs, dir)?;
 
     // Headers. A bad header is a torn rotation only in the last file and only if the file holds nothing but
     // (part of) a header: records are written to a new file only after its header was fsynced.
@@ -50,7 +51,7 @@ pub(crate) fn recover(
     let mut torn_last = false;
     for (i, f) in files.iter().enumerate() {
         let mut hb = vec![0u8; f.len.min(HEADER_LEN) as usize];
-        fsutil::read_exact_at(&f.file, &f.path, &mut hb, 0)?;
+        fsutil::read_exact_at(&*f.file, &f.path, &mut hb, 0)?;
         Counters::add(&counters.bytes_read, hb.len() as u64);
         match record::decode_header(&hb) {
             Ok(h) if h.file_id == f.id => prev_lens.push(h.prev_file_len),
@@ -84,8 +85,8 @@ pub(crate) fn recover(
         if let Some(f) = files.pop() {
             let (id, path) = (f.id, f.path.clone());
             drop(f);
-            std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
-            fsutil::sync_dir(dir)?;
+            fsutil::remove_file(fs, &path)?;
+            fsutil::sync_dir(fs, dir)?;
             if from.file_id == id && from.offset == HEADER_LEN {
                 if let Some(p) = files.last() {
                     // The same point of the log, expressed in the previous file.
@@ -128,7 +129,7 @@ pub(crate) fn recover(
                 format!("the log is empty but replay should start at {from:?}"),
             ));
         }
-        files.push(create_data_file(dir, 1, 0)?);
+        files.push(create_data_file(fs, dir, 1, 0)?);
         Counters::add(&counters.bytes_written, HEADER_LEN);
     }
 
@@ -169,7 +170,7 @@ pub(crate) fn recover(
             HEADER_LEN
         };
         let mut group_start = o;
-        let mut r = Reader::new(&f.file, &f.path, f.len, counters);
+        let mut r = Reader::new(&*f.file, &f.path, f.len, counters);
         while o < f.len {
             let (d, len) = match next_record(&mut r, f.id, o)? {
                 Step::Record(d, len) => (d, len),
@@ -272,10 +273,10 @@ pub(crate) fn recover(
             if let Some(f) = files.pop() {
                 let path = f.path.clone();
                 drop(f);
-                std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+                fsutil::remove_file(fs, &path)?;
             }
         }
-        fsutil::sync_dir(dir)?;
+        fsutil::sync_dir(fs, dir)?;
     }
     Ok(Recovered {
         files,
@@ -283,33 +284,11 @@ pub(crate) fn recover(
     })
 }
 
-/// Creates `dir` if missing, fsyncing its parent so that the directory itself is durable.
-fn ensure_dir(dir: &Path) -> Result<()> {
-    match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(Error::io(
-            dir,
-            std::io::Error::new(std::io::ErrorKind::AlreadyExists, "not a directory"),
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-            let parent = match dir.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
-            };
-            fsutil::sync_dir(parent)
-        }
-        Err(e) => Err(Error::io(dir, e)),
-    }
-}
-
 /// Opens every data file (`NNNNNN.vdl`, ids contiguous from 1). Other names in `dir` are ignored.
-fn open_files(dir: &Path) -> Result<Vec<DataFile>> {
+fn open_files(fs: &dyn Storage, dir: &Path) -> Result<Vec<DataFile>> {
     let mut ids = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        let name = entry.file_name();
-        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".vdl")) else {
+    for name in fsutil::list(fs, dir)? {
+        let Some(stem) = name.strip_suffix(".vdl") else {
             continue;
         };
         if !stem.bytes().all(|c| c.is_ascii_digit()) {
@@ -333,8 +312,8 @@ fn open_files(dir: &Path) -> Result<Vec<DataFile>> {
             ));
         }
         let path = file_path(dir, id);
-        let file = fsutil::open_rw(&path)?;
-        let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        let file = fsutil::open_rw(fs, &path)?;
+        let len = file.size().map_err(|e| Error::io(&path, e))?;
         files.push(DataFile {
             id,
             path,
@@ -347,7 +326,7 @@ fn open_files(dir: &Path) -> Result<Vec<DataFile>> {
 
 /// A forward read window over one file, so the scan does one large `pread` per MiB instead of two per record.
 struct Reader<'a> {
-    file: &'a File,
+    file: &'a dyn StorageFile,
     path: &'a Path,
     len: u64,
     counters: &'a Counters,
@@ -356,7 +335,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(file: &'a File, path: &'a Path, len: u64, counters: &'a Counters) -> Self {
+    fn new(file: &'a dyn StorageFile, path: &'a Path, len: u64, counters: &'a Counters) -> Self {
         Reader {
             file,
             path,

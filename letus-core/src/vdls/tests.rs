@@ -23,10 +23,17 @@ fn opts(file_bytes: u64) -> VdlsOptions {
 
 fn open_collect(dir: &Path, o: VdlsOptions, from: Position) -> Result<(Vdls, Replayed)> {
     let mut got = Vec::new();
-    let v = Vdls::open(dir, o, Arc::new(Counters::default()), from, |l, r| {
-        got.push((l, r.clone()));
-        Ok(())
-    })?;
+    let v = Vdls::open(
+        &crate::storage::local(),
+        dir,
+        o,
+        Arc::new(Counters::default()),
+        from,
+        |l, r| {
+            got.push((l, r.clone()));
+            Ok(())
+        },
+    )?;
     Ok((v, got))
 }
 
@@ -752,6 +759,7 @@ fn read_many_matches_read_and_counts() {
     let groups = build(d.path(), opts(300), 40);
     let c = Arc::new(Counters::default());
     let v = Vdls::open(
+        &crate::storage::local(),
         d.path(),
         opts(300),
         c.clone(),

@@ -16,10 +16,10 @@ mod recovery;
 mod tests;
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use letus_core::fsutil;
+use letus_core::storage::{FileRef, SharedStorage};
 use letus_core::{Error, Result};
 
 pub use format::MAX_BLOCK_BYTES;
@@ -32,6 +32,8 @@ pub struct BlockStoreOptions {
     pub segment_bytes: u64,
     /// fsync every append before it returns (default true). Sealing and truncation always fsync.
     pub sync: bool,
+    /// Where the segments live (the local file system unless a test injects faults).
+    pub storage: SharedStorage,
 }
 
 impl Default for BlockStoreOptions {
@@ -39,6 +41,7 @@ impl Default for BlockStoreOptions {
         BlockStoreOptions {
             segment_bytes: 64 << 20,
             sync: true,
+            storage: letus_core::storage::local(),
         }
     }
 }
@@ -77,7 +80,7 @@ pub struct SegmentInfo {
 struct Segment {
     id: u64,
     path: PathBuf,
-    file: File,
+    file: FileRef,
     /// Versions of the records, strictly increasing.
     versions: Vec<u64>,
     /// Offset of each record.
@@ -139,9 +142,10 @@ impl BlockStore {
     /// active segment larger than `segment_bytes` (its footer was torn and cut) is sealed. The directory is locked (`blocks.lock`) while the store is open: a second open returns
     /// `Error::Locked`.
     pub fn open(dir: &Path, opts: BlockStoreOptions) -> Result<BlockStore> {
-        recovery::ensure_dir(dir)?;
+        let fs = opts.storage.clone();
+        fsutil::ensure_dir(&*fs, dir)?;
         let lock = fsutil::lock_dir(dir, LOCK_FILE)?;
-        let segments = recovery::recover(dir)?;
+        let segments = recovery::recover(&*fs, dir)?;
         let mut store = BlockStore {
             dir: dir.to_path_buf(),
             opts,
@@ -229,6 +233,7 @@ impl BlockStore {
     /// Seals the active segment (which holds at least one record) and creates the next one.
     fn seal(&mut self) -> Result<()> {
         let dir = self.dir.clone();
+        let fs = self.opts.storage.clone();
         let seg = self.active();
         let footer = format::encode_footer(seg.id, seg.records_end, &seg.versions, &seg.offsets);
         seg.file
@@ -237,7 +242,7 @@ impl BlockStore {
             .map_err(|e| io_err(&seg.path, e))?;
         seg.len = seg.records_end + footer.len() as u64;
         seg.sealed = true;
-        let next = recovery::create_segment(&dir, seg.id + 1)?;
+        let next = recovery::create_segment(&*fs, &dir, seg.id + 1)?;
         self.segments.push(next);
         Ok(())
     }
@@ -256,7 +261,7 @@ impl BlockStore {
         };
         let off = seg.offsets[i];
         let mut buf = vec![0u8; seg.record_len(i) as usize];
-        fsutil::read_exact_at(&seg.file, &seg.path, &mut buf, off)?;
+        fsutil::read_exact_at(&*seg.file, &seg.path, &mut buf, off)?;
         if !format::record_valid(&buf) {
             return Err(corrupt(
                 &seg.path,
@@ -336,14 +341,15 @@ impl BlockStore {
             if let Some(seg) = self.segments.pop() {
                 let path = seg.path.clone();
                 drop(seg);
-                std::fs::remove_file(&path).map_err(|e| io_err(&path, e))?;
-                fsutil::sync_dir(&self.dir)?;
+                fsutil::remove_file(&*self.opts.storage, &path)?;
+                fsutil::sync_dir(&*self.opts.storage, &self.dir)?;
             }
         }
+        let fs = self.opts.storage.clone();
         let seg = self.active();
         let cut = seg.offsets.get(keep).copied().unwrap_or(seg.records_end);
         if seg.sealed {
-            seg.file = fsutil::open_rw(&seg.path)?;
+            seg.file = fsutil::open_rw(&*fs, &seg.path)?;
         }
         seg.file
             .set_len(cut)

@@ -17,11 +17,11 @@
 //! damaged, the segment's last record is still intact and ends at the end of the file (or at its footer), and
 //! condition 2 finds it.
 
-use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use letus_core::fsutil::{self, crc};
+use letus_core::storage::{Storage, StorageFile};
 use letus_core::{Error, Result};
 
 use super::format::{
@@ -30,34 +30,11 @@ use super::format::{
 };
 use super::{corrupt, io_err, segment_path, Segment};
 
-/// Creates `dir` if it is missing, and fsyncs its parent so the new directory is durable.
-pub(super) fn ensure_dir(dir: &Path) -> Result<()> {
-    match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(io_err(
-            dir,
-            std::io::Error::new(std::io::ErrorKind::AlreadyExists, "not a directory"),
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
-            let parent = match dir.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
-            };
-            fsutil::sync_dir(parent)
-        }
-        Err(e) => Err(io_err(dir, e)),
-    }
-}
-
 /// Segment files in `dir` (`NNNNNN.seg`, the id zero-padded to at least 6 digits, id ≥ 1), by id. Other names
 /// are ignored.
-fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+fn list_segments(fs: &dyn Storage, dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
-        let entry = entry.map_err(|e| io_err(dir, e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for name in fsutil::list(fs, dir)? {
         let Some(num) = name.strip_suffix(".seg") else {
             continue;
         };
@@ -68,24 +45,21 @@ fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
         if id == 0 || format!("{id:06}") != num {
             continue;
         }
-        out.push((id, entry.path()));
+        out.push((id, dir.join(&name)));
     }
     out.sort();
     Ok(out)
 }
 
 /// Creates segment `id` durably: the file with its header, fsynced, then the directory fsynced.
-pub(super) fn create_segment(dir: &Path, id: u64) -> Result<Segment> {
+pub(super) fn create_segment(fs: &dyn Storage, dir: &Path, id: u64) -> Result<Segment> {
     let path = segment_path(dir, id);
-    let file = fsutil::create_new(&path)?;
+    let file = fsutil::create_new(fs, &path)?;
     let header = format::encode_header(id);
-    {
-        use std::os::unix::fs::FileExt;
-        file.write_all_at(&header, 0)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| io_err(&path, e))?;
-    }
-    fsutil::sync_dir(dir)?;
+    file.write_all_at(&header, 0)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| io_err(&path, e))?;
+    fsutil::sync_dir(fs, dir)?;
     Ok(Segment {
         id,
         path,
@@ -98,12 +72,12 @@ pub(super) fn create_segment(dir: &Path, id: u64) -> Result<Segment> {
     })
 }
 
-fn file_len(file: &File, path: &Path) -> Result<u64> {
-    Ok(file.metadata().map_err(|e| io_err(path, e))?.len())
+fn file_len(file: &dyn StorageFile, path: &Path) -> Result<u64> {
+    file.size().map_err(|e| io_err(path, e))
 }
 
 fn read_header(
-    file: &File,
+    file: &dyn StorageFile,
     path: &Path,
     len: u64,
 ) -> Result<std::result::Result<u64, HeaderError>> {
@@ -112,7 +86,7 @@ fn read_header(
     Ok(format::decode_header(&hb))
 }
 
-fn check_header(file: &File, path: &Path, len: u64, id: u64) -> Result<()> {
+fn check_header(file: &dyn StorageFile, path: &Path, len: u64, id: u64) -> Result<()> {
     match read_header(file, path, len)? {
         Ok(h) if h == id => Ok(()),
         Ok(h) => Err(corrupt(
@@ -129,8 +103,8 @@ fn check_header(file: &File, path: &Path, len: u64, id: u64) -> Result<()> {
 }
 
 /// Opens every segment of `dir` and returns them with exactly one active segment, the last.
-pub(super) fn recover(dir: &Path) -> Result<Vec<Segment>> {
-    let mut list = list_segments(dir)?;
+pub(super) fn recover(fs: &dyn Storage, dir: &Path) -> Result<Vec<Segment>> {
+    let mut list = list_segments(fs, dir)?;
     for w in list.windows(2) {
         if w[1].0 != w[0].0 + 1 {
             return Err(corrupt(
@@ -147,13 +121,13 @@ pub(super) fn recover(dir: &Path) -> Result<Vec<Segment>> {
     // but (part of) a header: records are written to a segment only after its header was fsynced.
     if let Some((_, path)) = list.last() {
         let path = path.clone();
-        let file = fsutil::open_read(&path)?;
-        let len = file_len(&file, &path)?;
-        if len <= HEADER_LEN && matches!(read_header(&file, &path, len)?, Err(HeaderError::Bad(_)))
+        let file = fsutil::open_read(fs, &path)?;
+        let len = file_len(&*file, &path)?;
+        if len <= HEADER_LEN && matches!(read_header(&*file, &path, len)?, Err(HeaderError::Bad(_)))
         {
             drop(file);
-            std::fs::remove_file(&path).map_err(|e| io_err(&path, e))?;
-            fsutil::sync_dir(dir)?;
+            fsutil::remove_file(fs, &path)?;
+            fsutil::sync_dir(fs, dir)?;
             list.pop();
         }
     }
@@ -163,18 +137,18 @@ pub(super) fn recover(dir: &Path) -> Result<Vec<Segment>> {
     for (i, (id, path)) in list.into_iter().enumerate() {
         let prev_last = segments.last().and_then(|s| s.versions.last().copied());
         let seg = if i + 1 < n {
-            open_sealed(path, id, prev_last)?
+            open_sealed(fs, path, id, prev_last)?
         } else {
-            open_last(path, id, prev_last)?
+            open_last(fs, path, id, prev_last)?
         };
         segments.push(seg);
     }
     match segments.last() {
-        None => segments.push(create_segment(dir, 1)?),
+        None => segments.push(create_segment(fs, dir, 1)?),
         // A sealing interrupted after its footer was durable: finish it.
         Some(s) if s.sealed => {
             let id = s.id + 1;
-            segments.push(create_segment(dir, id)?);
+            segments.push(create_segment(fs, dir, id)?);
         }
         Some(_) => {}
     }
@@ -182,11 +156,16 @@ pub(super) fn recover(dir: &Path) -> Result<Vec<Segment>> {
 }
 
 /// Opens a segment that must be sealed (a later segment exists): header and footer only, no scan.
-fn open_sealed(path: PathBuf, id: u64, prev_last: Option<u64>) -> Result<Segment> {
-    let file = fsutil::open_read(&path)?;
-    let len = file_len(&file, &path)?;
-    check_header(&file, &path, len, id)?;
-    let footer = match read_footer(&file, &path, len, id)? {
+fn open_sealed(
+    fs: &dyn Storage,
+    path: PathBuf,
+    id: u64,
+    prev_last: Option<u64>,
+) -> Result<Segment> {
+    let file = fsutil::open_read(fs, &path)?;
+    let len = file_len(&*file, &path)?;
+    check_header(&*file, &path, len, id)?;
+    let footer = match read_footer(&*file, &path, len, id)? {
         Ok(f) => f,
         Err((off, why)) => {
             return Err(corrupt(
@@ -218,11 +197,11 @@ fn open_sealed(path: PathBuf, id: u64, prev_last: Option<u64>) -> Result<Segment
 }
 
 /// Opens the last segment by scanning its records; recognises a footer after them, cuts a torn tail.
-fn open_last(path: PathBuf, id: u64, prev_last: Option<u64>) -> Result<Segment> {
-    let file = fsutil::open_rw(&path)?;
-    let len = file_len(&file, &path)?;
-    check_header(&file, &path, len, id)?;
-    let scan = scan_records(&file, &path, len, prev_last)?;
+fn open_last(fs: &dyn Storage, path: PathBuf, id: u64, prev_last: Option<u64>) -> Result<Segment> {
+    let file = fsutil::open_rw(fs, &path)?;
+    let len = file_len(&*file, &path)?;
+    check_header(&*file, &path, len, id)?;
+    let scan = scan_records(&*file, &path, len, prev_last)?;
     let x = scan.end;
     let mut seg = Segment {
         id,
@@ -276,7 +255,7 @@ fn zeroed(len: u64, path: &Path, offset: u64) -> Result<Vec<u8>> {
 /// Reads and checks the footer of a segment of `len` bytes. `Ok(Err((offset, why)))` when there is no valid
 /// footer; `Err` only for I/O errors.
 pub(super) fn read_footer(
-    file: &File,
+    file: &dyn StorageFile,
     path: &Path,
     len: u64,
     id: u64,
@@ -385,7 +364,12 @@ struct Scan {
 }
 
 /// Reads records sequentially from the header to the first one that does not check.
-fn scan_records(file: &File, path: &Path, len: u64, prev_last: Option<u64>) -> Result<Scan> {
+fn scan_records(
+    file: &dyn StorageFile,
+    path: &Path,
+    len: u64,
+    prev_last: Option<u64>,
+) -> Result<Scan> {
     let eof = |e: std::io::Error, at: u64| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             corrupt(path, at, "the file shrank while it was being read")
@@ -393,7 +377,8 @@ fn scan_records(file: &File, path: &Path, len: u64, prev_last: Option<u64>) -> R
             io_err(path, e)
         }
     };
-    let mut r = BufReader::with_capacity(1 << 20, file);
+    let seq = letus_core::storage::SeqReader::new(file).map_err(|e| io_err(path, e))?;
+    let mut r = BufReader::with_capacity(1 << 20, seq);
     r.seek(SeekFrom::Start(HEADER_LEN))
         .map_err(|e| io_err(path, e))?;
     let mut versions = Vec::new();
@@ -451,7 +436,7 @@ const SEARCH_BUDGET: u64 = 1 << 30;
 /// Decides what the bytes from `x` (the end of the valid records) to the end of the last segment are.
 fn classify_damage(seg: &Segment, len: u64, x: u64, last_good: Option<u64>) -> Result<Tail> {
     let path = &seg.path;
-    if let Ok(f) = read_footer(&seg.file, path, len, seg.id)? {
+    if let Ok(f) = read_footer(&*seg.file, path, len, seg.id)? {
         if f.index_offset == x && f.offsets == seg.offsets && f.versions == seg.versions {
             return Ok(Tail::Sealed);
         }
@@ -478,7 +463,7 @@ fn classify_damage(seg: &Segment, len: u64, x: u64, last_good: Option<u64>) -> R
         ));
     }
     let mut buf = zeroed(region, path, x)?;
-    fsutil::read_exact_at(&seg.file, path, &mut buf, x)?;
+    fsutil::read_exact_at(&*seg.file, path, &mut buf, x)?;
     match find_valid_record(&buf, last_good) {
         Search::None => Ok(Tail::Torn),
         Search::Found(off) => Err(corrupt(

@@ -14,6 +14,7 @@ fn opts(segment_bytes: u64) -> BlockStoreOptions {
     BlockStoreOptions {
         segment_bytes,
         sync: true,
+        ..BlockStoreOptions::default()
     }
 }
 
@@ -21,6 +22,7 @@ fn fast(segment_bytes: u64) -> BlockStoreOptions {
     BlockStoreOptions {
         segment_bytes,
         sync: false,
+        ..BlockStoreOptions::default()
     }
 }
 
@@ -207,8 +209,8 @@ fn blockstore_sealed_segment_opens_alone_from_its_footer() {
     drop(s);
 
     // The footer alone gives the index, without reading a record.
-    let f = std::fs::File::open(&info.path).unwrap();
-    let footer = recovery::read_footer(&f, &info.path, info.bytes, info.id)
+    let f = fsutil::open_read(&letus_core::storage::Local, &info.path).unwrap();
+    let footer = recovery::read_footer(&*f, &info.path, info.bytes, info.id)
         .unwrap()
         .unwrap();
     assert_eq!(footer.versions.first().copied(), info.first_version);

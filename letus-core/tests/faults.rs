@@ -1,0 +1,254 @@
+//! Injected I/O faults under every file of the engine (the storage seam, `letus_core::storage`), after redb's and
+//! SQLite's I/O-failure tests: thousands of schedules, each one workload with one fault — `ENOSPC` (torn write,
+//! then no space until it returns), `EIO` on a write, a read or an fsync, or a power cut — at a countdown of
+//! operations chosen from the workload's own operation counts. After the fault:
+//! - the failing call returns an error (never a panic, never a hang), and the store refuses further commits
+//!   until it is reopened (`Error::Poisoned`);
+//! - then either the device comes back (space returns) or power is lost, and what was not fsynced is kept, lost
+//!   or torn in any order ([`Faulty::crash`]);
+//! - the store reopens, every acknowledged version is there with its reference digests (and any later version
+//!   that became durable anyway is exactly the reference's), every key reads back as the model says, and commits
+//!   resume up to the last version with the reference's roots.
+//!
+//! `LETUS_FAULT_SCHEDULES` sets the number of schedules (default 2,000; `LETUS_FAULT_SEED` the first seed).
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{key, small_options};
+use letus_core::storage::faulty::{Fault, Faulty, OpCounts};
+use letus_core::storage::{local, SharedStorage};
+use letus_core::{Digest, Options, Store};
+
+const VERSIONS: u64 = 14;
+const TRIES: [u32; 2] = [0, 5];
+
+fn opts(storage: SharedStorage) -> Options {
+    Options {
+        storage,
+        // A flush every few commits, so that index files, the roots and tombstone logs and their renames and
+        // fsyncs are all inside the schedules; small value-log files rotate.
+        memtable_bytes: 6 * 1024,
+        vdls_file_bytes: 4 * 1024,
+        read_threads: 2,
+        ..small_options()
+    }
+}
+
+/// The writes of version `v`: new keys, rewrites and deletes of older ones, in both tries.
+fn writes(v: u64) -> Vec<(u32, Vec<u8>, Option<Vec<u8>>)> {
+    let mut w = Vec::new();
+    for i in 0..12 {
+        let tid = TRIES[(i % 2) as usize];
+        w.push((tid, key(v * 12 + i), Some(format!("v{v}-{i}").into_bytes())));
+    }
+    if v > 2 {
+        for i in 0..4 {
+            let k = (v - 2) * 12 + i * 3;
+            let tid = TRIES[(k % 12 % 2) as usize];
+            if i % 2 == 0 {
+                w.push((tid, key(k), None));
+            } else {
+                w.push((tid, key(k), Some(format!("re{v}").into_bytes())));
+            }
+        }
+    }
+    w
+}
+
+type Model = BTreeMap<(u32, Vec<u8>), Vec<u8>>;
+
+fn apply(model: &mut Model, v: u64) {
+    for (tid, k, val) in writes(v) {
+        match val {
+            Some(val) => model.insert((tid, k), val),
+            None => model.remove(&(tid, k)),
+        };
+    }
+}
+
+fn stage(s: &mut Store, v: u64) -> letus_core::Result<()> {
+    for (tid, k, val) in writes(v) {
+        match val {
+            Some(val) => s.put(tid, &k, &val)?,
+            None => s.delete(tid, &k)?,
+        }
+    }
+    Ok(())
+}
+
+/// The digests of every version, from a run without faults.
+fn reference() -> Vec<Vec<Digest>> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path(), opts(local())).unwrap();
+    (1..=VERSIONS)
+        .map(|v| {
+            stage(&mut s, v).unwrap();
+            s.commit(v).unwrap()
+        })
+        .collect()
+}
+
+/// Runs the workload from version `from` on, reading back a key after each commit; returns the last version
+/// acknowledged and the first error.
+fn run(s: &mut Store, from: u64, acked: &mut u64) -> Option<letus_core::Error> {
+    for v in from..=VERSIONS {
+        if let Err(e) = stage(s, v).and_then(|()| s.commit(v).map(drop)) {
+            return Some(e);
+        }
+        *acked = v;
+        let (tid, k, _) = &writes(v)[0];
+        if let Err(e) = s.get(*tid, v, k) {
+            return Some(e);
+        }
+    }
+    None
+}
+
+/// Operation counts of one whole fault-free run (open, every commit, close), to aim the countdowns.
+fn calibrate() -> OpCounts {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Faulty::new(local(), 0);
+    let mut s = Store::open(dir.path(), opts(fs.shared())).unwrap();
+    let mut acked = 0;
+    assert!(run(&mut s, 1, &mut acked).is_none());
+    s.close().unwrap();
+    fs.counts()
+}
+
+fn check_error(e: &letus_core::Error, schedule: u64) {
+    let text = e.to_string();
+    assert!(
+        !text.is_empty() && !text.contains("panicked"),
+        "schedule {schedule}: {text}"
+    );
+}
+
+/// One schedule; returns whether the fault fired inside the workload.
+fn schedule(n: u64, counts: &OpCounts, reference: &[Vec<Digest>]) -> bool {
+    let fault = Fault::ALL[(n % Fault::ALL.len() as u64) as usize];
+    let mut rng = common::Rng::new(n);
+    let total = counts.of(fault).max(1);
+    let countdown = rng.below(total);
+    let crash = fault == Fault::PowerCut || rng.chance(50);
+
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Faulty::new(local(), n);
+    fs.arm(fault, countdown);
+    let mut acked = 0u64;
+    let fired = match Store::open(dir.path(), opts(fs.shared())) {
+        Ok(mut s) => {
+            if let Some(e) = run(&mut s, 1, &mut acked) {
+                check_error(&e, n);
+                // Once a write failed, nothing more is committed until the store is reopened.
+                if s.is_poisoned() {
+                    let next = s.latest_version().unwrap_or(0) + 1;
+                    let again = stage(&mut s, next).and_then(|()| s.commit(next).map(drop));
+                    assert!(again.is_err(), "schedule {n}: a poisoned store committed");
+                }
+            }
+            let fired = fs.fired() > 0 || fs.is_dead();
+            if crash {
+                // Power is lost with the process: the store's memory goes, and with it its file handles.
+                drop(s);
+            } else {
+                fs.heal();
+                if let Err(e) = s.close() {
+                    check_error(&e, n);
+                }
+            }
+            fired
+        }
+        Err(e) => {
+            check_error(&e, n);
+            true
+        }
+    };
+    if crash {
+        fs.crash().unwrap();
+    } else {
+        fs.heal();
+    }
+
+    // The device works again: the store opens, has every acknowledged version, and goes on.
+    let mut s = Store::open(dir.path(), opts(fs.shared())).unwrap_or_else(|e| {
+        panic!("schedule {n} ({fault:?} after {countdown}, crash {crash}): reopen: {e}")
+    });
+    let latest = s.latest_version().unwrap_or(0);
+    assert!(
+        latest >= acked,
+        "schedule {n} ({fault:?} after {countdown}, crash {crash}): acknowledged {acked}, reopened at {latest}"
+    );
+    let mut model = Model::new();
+    for v in 1..=latest {
+        apply(&mut model, v);
+        for (i, tid) in TRIES.iter().enumerate() {
+            let d = s.digest(*tid, v).unwrap();
+            assert_eq!(
+                d,
+                reference[v as usize - 1][i],
+                "schedule {n} ({fault:?} after {countdown}, crash {crash}): version {v} trie {tid}"
+            );
+        }
+    }
+    // Completeness at the reopened version: every key the model holds, with its value, and deleted keys absent.
+    for v in 1..=latest {
+        for (tid, k, _) in writes(v) {
+            let want = model.get(&(tid, k.clone())).cloned();
+            assert_eq!(
+                s.get(tid, latest, &k).unwrap(),
+                want,
+                "schedule {n}: key {} at {latest}",
+                String::from_utf8_lossy(&k)
+            );
+        }
+    }
+    assert!(
+        run(&mut s, latest + 1, &mut acked).is_none(),
+        "schedule {n}: commits do not resume"
+    );
+    for (i, tid) in TRIES.iter().enumerate() {
+        assert_eq!(
+            s.digest(*tid, VERSIONS).unwrap(),
+            reference[VERSIONS as usize - 1][i]
+        );
+    }
+    s.close().unwrap();
+    fired
+}
+
+#[test]
+fn thousands_of_fault_schedules_lose_nothing_acknowledged() {
+    let schedules: u64 = std::env::var("LETUS_FAULT_SCHEDULES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let first: u64 = std::env::var("LETUS_FAULT_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let reference = reference();
+    let counts = calibrate();
+    assert!(
+        counts.writes > 20 && counts.syncs > 20 && counts.reads > 20,
+        "{counts:?}"
+    );
+    let mut fired = BTreeMap::<String, (u64, u64)>::new();
+    for n in first..first + schedules {
+        let f = format!("{:?}", Fault::ALL[(n % Fault::ALL.len() as u64) as usize]);
+        let hit = schedule(n, &counts, &reference);
+        let e = fired.entry(f).or_default();
+        e.0 += 1;
+        e.1 += u64::from(hit);
+    }
+    println!("operations in one run: {counts:?}");
+    for (f, (n, hit)) in &fired {
+        println!("{f}: {n} schedules, fault fired in {hit}");
+        // The countdowns are drawn from the run's own counts, so nearly every schedule meets its fault.
+        assert!(
+            *hit * 10 >= *n * 7,
+            "{f}: only {hit} of {n} schedules met their fault"
+        );
+    }
+}
