@@ -2,25 +2,21 @@
 //! a file is created, renamed or removed (so the name itself is durable), and reads at an offset are `pread`s
 //! that many threads can issue at once.
 
-use std::fs::{File, OpenOptions};
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::storage::{EntryKind, FileRef, OpenMode, Storage, StorageFile};
+use crate::storage::{EntryKind, FileRef, LockGuard, OpenMode, Storage, StorageFile};
 
-/// Takes the exclusive lock file `name` in `dir` (created if missing) for as long as the returned file is open;
-/// `Error::Locked(dir)` when another handle, in this process or another, holds it.
-pub fn lock_dir(dir: &Path, name: &str) -> Result<File> {
-    let path = dir.join(name);
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| Error::io(&path, e))?;
-    lock.try_lock()
-        .map_err(|_| Error::Locked(dir.to_path_buf()))?;
-    Ok(lock)
+/// Takes the exclusive lock `name` of `dir` (on the local file system an `flock`ed file, created if missing) for
+/// as long as the returned guard lives; `Error::Locked(dir)` when another holder, in this process or another, has it.
+pub fn lock_dir(fs: &dyn Storage, dir: &Path, name: &str) -> Result<LockGuard> {
+    fs.lock(dir, name).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            Error::Locked(dir.to_path_buf())
+        } else {
+            Error::io(dir.join(name), e)
+        }
+    })
 }
 
 /// fsyncs a directory so that entries created, renamed or removed in it survive a crash.

@@ -1,7 +1,8 @@
 //! Entry points for the fuzz targets in `fuzz/` (not part of the engine's API): every decoder of bytes that come
 //! from disk, fed arbitrary input. Each returns normally, with the decoded value or a typed error; a panic, a hang
 //! or an allocation beyond the input's size is a bug. The same functions run over random and mutated inputs in
-//! the unit tests, so CI exercises them without a fuzzer.
+//! the unit tests, so CI exercises them without a fuzzer. The files are held in memory ([`Memory`]): the decoders
+//! are the ones the engine runs on local files, at the speed of the decoder rather than of the file system.
 
 use std::path::Path;
 
@@ -10,6 +11,7 @@ use letus_verify::KeyPath;
 use crate::error::Result;
 use crate::lsvps::{BlockCache, IndexFile, PageId, PageKey, PageKind};
 use crate::metrics::Counters;
+use crate::storage::{Memory, Storage};
 use crate::trie::page::{Page, Record};
 use crate::vdls::{Position, Vdls, VdlsOptions};
 
@@ -51,15 +53,15 @@ pub fn index_file(dir: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// `bytes` as value-log file 1 in `dir`: recovered from its start, every complete group replayed.
+/// `bytes` as value-log file 1 in `dir` (a path in memory): recovered from its start, every complete group
+/// replayed.
 pub fn value_log(dir: &Path, bytes: &[u8]) -> Result<u64> {
     let vdir = dir.join("vdls");
-    std::fs::create_dir_all(&vdir).map_err(|e| crate::Error::io(&vdir, e))?;
-    let path = vdir.join("000001.vdl");
-    std::fs::write(&path, bytes).map_err(|e| crate::Error::io(&path, e))?;
+    let fs = Memory::new();
+    fs.put(&vdir.join("000001.vdl"), bytes);
     let mut records = 0u64;
     let v = Vdls::open(
-        &crate::storage::local(),
+        &(std::sync::Arc::new(fs) as crate::storage::SharedStorage),
         &vdir,
         VdlsOptions {
             sync: false,
@@ -76,16 +78,17 @@ pub fn value_log(dir: &Path, bytes: &[u8]) -> Result<u64> {
     Ok(records)
 }
 
-/// `bytes` as the roots log, the tombstone log or the history base (by `which % 3`) of `dir`, opened as if
-/// `flushed` were the newest flushed version.
+/// `bytes` as the roots log, the tombstone log or the history base (by `which % 3`) of `dir` (a path in memory),
+/// opened as if `flushed` were the newest flushed version.
 pub fn small_log(dir: &Path, which: u8, flushed: Option<u64>, bytes: &[u8]) -> Result<()> {
     let name = ["roots.log", "tombstones.log", "history_base"][usize::from(which % 3)];
-    let path = dir.join(name);
-    std::fs::write(&path, bytes).map_err(|e| crate::Error::io(&path, e))?;
+    let fs = Memory::new();
+    fs.put(&dir.join(name), bytes);
+    let fs: &dyn Storage = &fs;
     match which % 3 {
-        0 => crate::roots_log::RootsLog::open(&crate::storage::Local, dir, flushed).map(drop),
-        1 => crate::tombstones::TombstoneLog::open(&crate::storage::Local, dir, flushed).map(drop),
-        _ => crate::history_base::read(&crate::storage::Local, dir).map(drop),
+        0 => crate::roots_log::RootsLog::open(fs, dir, flushed).map(drop),
+        1 => crate::tombstones::TombstoneLog::open(fs, dir, flushed).map(drop),
+        _ => crate::history_base::read(fs, dir).map(drop),
     }
 }
 

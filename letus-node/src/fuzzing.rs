@@ -8,14 +8,16 @@ use crate::api::{BlockRequest, HistoryRequest, MultiProofRequest, ValueRequest};
 use crate::blockstore::{BlockStore, BlockStoreOptions};
 use crate::node::Node;
 
-/// `bytes` as segment 1 of a block store in `dir`: recovered, then every version it claims read back.
+/// `bytes` as segment 1 of a block store in `dir` (a path in memory, [`letus_core::storage::Memory`]): recovered,
+/// then every version it claims read back.
 pub fn block_segment(dir: &Path, bytes: &[u8]) -> Result<u64, letus_core::Error> {
-    let path = dir.join("000001.seg");
-    std::fs::write(&path, bytes).map_err(|e| letus_core::Error::Io { path, source: e })?;
+    let fs = letus_core::storage::Memory::new();
+    fs.put(&dir.join("000001.seg"), bytes);
     let s = BlockStore::open(
         dir,
         BlockStoreOptions {
             sync: false,
+            storage: std::sync::Arc::new(fs),
             ..BlockStoreOptions::default()
         },
     )?;

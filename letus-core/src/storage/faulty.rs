@@ -27,7 +27,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{EntryKind, FileRef, OpenMode, SharedStorage, Storage, StorageFile};
+use super::{EntryKind, FileRef, LockGuard, OpenMode, SharedStorage, Storage, StorageFile};
 
 /// The kind of failure [`Faulty::arm`] injects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -610,6 +610,11 @@ impl Storage for Faulty {
             return Err(dead());
         }
         self.inner.kind(path)
+    }
+
+    fn lock(&self, dir: &Path, name: &str) -> io::Result<LockGuard> {
+        // A lock is the process's, not the disk's: no fault, and it is released when its holder is dropped.
+        self.inner.lock(dir, name)
     }
 }
 

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{EntryKind, FileRef, OpenMode, Storage, StorageFile};
+use super::{EntryKind, FileRef, LockGuard, OpenMode, Storage, StorageFile};
 
 /// The local file system.
 #[derive(Clone, Copy, Debug, Default)]
@@ -68,6 +68,18 @@ impl Storage for Local {
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
+    }
+    fn lock(&self, dir: &Path, name: &str) -> io::Result<LockGuard> {
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(name))?;
+        lock.try_lock().map_err(|e| match e {
+            std::fs::TryLockError::WouldBlock => io::Error::from(io::ErrorKind::WouldBlock),
+            std::fs::TryLockError::Error(e) => e,
+        })?;
+        Ok(Box::new(lock))
     }
     fn kind(&self, path: &Path) -> io::Result<Option<EntryKind>> {
         match std::fs::metadata(path) {

@@ -1,6 +1,6 @@
 //! The storage seam: every byte the engine reads or writes goes through a [`Storage`] and the [`StorageFile`]s it
 //! opens, so that the same engine runs on local files ([`Local`], the default), under injected faults
-//! ([`faulty::Faulty`]) and, later, on other backends.
+//! ([`faulty::Faulty`]), in memory for fuzzing ([`Memory`]) and, later, on other backends.
 //!
 //! The trait is what the engine's on-disk structures need and nothing more: positional reads and writes, a sync
 //! that makes a file's written bytes and length durable, truncation, and the directory operations of a
@@ -9,11 +9,12 @@
 //! a name once `sync_dir` of its directory returned, and nothing else is assumed to survive a crash.
 //!
 //! Paths are whole paths (the store directory joined with a file's name); a backend that is not a file system maps
-//! them to its own names. The exclusive lock of a store directory is not part of the seam (it is the local
-//! directory's `flock`, see [`crate::fsutil::lock_dir`]).
+//! them to its own names. The exclusive lock of a store directory is part of the seam ([`Storage::lock`]): an
+//! `flock` on the local file system; another backend fences a second writer its own way.
 
 pub mod faulty;
 mod local;
+mod memory;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -22,6 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use local::Local;
+pub use memory::Memory;
 
 /// How [`Storage::open`] opens a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +84,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// What `path` names, `None` if nothing.
     fn kind(&self, path: &Path) -> io::Result<Option<EntryKind>>;
+    /// Takes the exclusive lock `name` of directory `dir` for as long as the guard lives: one writer per store.
+    /// `WouldBlock` when another holder has it.
+    fn lock(&self, dir: &Path, name: &str) -> io::Result<LockGuard>;
 
     /// The whole content of file `path`.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
@@ -94,6 +99,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
         Ok(buf)
     }
 }
+
+/// Holds a lock of [`Storage::lock`] until dropped.
+pub type LockGuard = Box<dyn fmt::Debug + Send + Sync>;
 
 /// An open file, shared by the threads that read it.
 pub type FileRef = Arc<dyn StorageFile>;

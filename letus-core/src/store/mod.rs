@@ -22,7 +22,6 @@
 //! are only added, a growing DeltaPage only gains newer versions), so reads need no more than that.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
@@ -184,7 +183,7 @@ pub struct Store {
     vdls: Vdls,
     staged: Staged,
     poisoned: bool,
-    _lock: File,
+    _lock: crate::storage::LockGuard,
 }
 
 /// What [`Store::open`] replayed from the value log (the commits after the newest index file).
@@ -205,7 +204,7 @@ impl Store {
         let dir = dir.as_ref().to_path_buf();
         let fs = opts.storage.clone();
         fs.create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let lock = lock_dir(&dir, LOCK_FILE)?;
+        let lock = lock_dir(&*fs, &dir, LOCK_FILE)?;
         let counters = Arc::new(Counters::default());
         let split = opts.memory_split();
         let block_cache = Arc::new(BlockCache::with_open_files(

@@ -15,7 +15,6 @@ mod recovery;
 #[cfg(test)]
 mod tests;
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use letus_core::fsutil;
@@ -109,7 +108,7 @@ pub struct BlockStore {
     segments: Vec<Segment>,
     /// A write or fsync failed: appends and truncation refuse until the store is reopened.
     poisoned: bool,
-    _lock: File,
+    _lock: letus_core::storage::LockGuard,
 }
 
 const LOCK_FILE: &str = "blocks.lock";
@@ -144,7 +143,7 @@ impl BlockStore {
     pub fn open(dir: &Path, opts: BlockStoreOptions) -> Result<BlockStore> {
         let fs = opts.storage.clone();
         fsutil::ensure_dir(&*fs, dir)?;
-        let lock = fsutil::lock_dir(dir, LOCK_FILE)?;
+        let lock = fsutil::lock_dir(&*fs, dir, LOCK_FILE)?;
         let segments = recovery::recover(&*fs, dir)?;
         let mut store = BlockStore {
             dir: dir.to_path_buf(),
