@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use letus_core::{Options, Store};
-use letus_verify::export::{ExportReader, HEADER_LEN};
+use letus_verify::export::{ExportHeader, ExportReader, ExportSummary};
 use letus_verify::{Hash, Limits};
 
 /// Opens the store of an existing data directory; a directory without one is an error, never created.
@@ -275,58 +275,45 @@ fn read_frontier(
         .ok_or_else(|| format!("{}: a peak hash is not 64 hex digits", path.display()))
 }
 
-/// Reads `(key, value)` records of an export that was already verified.
-fn records(bytes: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    let mut pos = HEADER_LEN;
-    std::iter::from_fn(move || {
-        let b = bytes.get(pos..)?;
-        if b.first() != Some(&0x01) {
-            return None;
-        }
-        let kl = u32::from_le_bytes(b.get(1..5)?.try_into().ok()?) as usize;
-        let vl = u32::from_le_bytes(b.get(5..9)?.try_into().ok()?) as usize;
-        let k = b.get(9..9 + kl)?;
-        let v = b.get(9 + kl..9 + kl + vl)?;
-        pos += 9 + kl + vl;
-        Some((k, v))
-    })
+/// Bytes of the export read at a time: besides the engine's write set, the importer holds this chunk, the reader's
+/// copy of it and the unfinished record before it.
+const IMPORT_CHUNK_BYTES: usize = 1 << 20;
+
+/// Where, inside `--data`, an import writes its store until the export is verified; then it is renamed to `state`.
+/// A failed import removes it, so `letus serve` never opens a store whose export did not verify.
+const IMPORT_DIR: &str = "state.importing";
+
+/// The lock file (inside `--data`) held by a running import.
+const IMPORT_LOCK: &str = "state.importing.lock";
+
+/// What the records of the export are checked and written against: known once its header is read.
+struct Importing {
+    header: ExportHeader,
+    trusted: Hash,
+    store: Store,
+}
+
+/// Removes the store left in `dir` by an import that did not finish (it was killed): called with the import lock
+/// held, so no import is running there.
+fn remove_stale_import(dir: &std::path::Path) -> Result<(), String> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    eprintln!(
+        "warning: removing {}, left by an import that did not finish",
+        dir.display()
+    );
+    std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+fn sync_dir(dir: &std::path::Path) -> Result<(), String> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("{}: {e}", dir.display()))
 }
 
 pub fn import(a: ImportArgs) -> Result<ExitCode, String> {
-    let mut bytes = Vec::new();
-    std::fs::File::open(&a.file)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(|e| format!("{}: {e}", a.file.display()))?;
-    let mut reader = ExportReader::new(Limits::default());
-    reader
-        .feed(&bytes)
-        .map_err(|e| format!("{}: {e}", a.file.display()))?;
-    let header = *reader.header().ok_or("the export has no header")?;
-    let trusted_given = a.root.is_some();
-    let trusted = match &a.root {
-        Some(r) => parse_root(r)?,
-        None => {
-            eprintln!(
-                "warning: no --root given; trusting the root written in the export ({})",
-                header.root
-            );
-            header.root
-        }
-    };
-    let summary = reader
-        .finish(&trusted)
-        .map_err(|e| format!("the export does not verify: {e}"))?;
-    if a.data.join("state").exists() {
-        return Err(format!("{} already holds a store", a.data.display()));
-    }
-    let history_path = a.history.clone().or_else(|| {
-        let p = history_file_next_to(&a.file);
-        p.exists().then_some(p)
-    });
-    let frontier = history_path
-        .as_deref()
-        .map(|p| read_frontier(p, header.tid, header.version))
-        .transpose()?;
+    let trusted_root = a.root.as_deref().map(parse_root).transpose()?;
     let trusted_history = a
         .history_root
         .as_deref()
@@ -334,19 +321,179 @@ pub fn import(a: ImportArgs) -> Result<ExitCode, String> {
             Hash::from_hex(r).ok_or_else(|| format!("--history-root `{r}` is not 64 hex digits"))
         })
         .transpose()?;
-    if trusted_history.is_some() && frontier.is_none() {
+    let history_path = a.history.clone().or_else(|| {
+        let p = history_file_next_to(&a.file);
+        p.exists().then_some(p)
+    });
+    if trusted_history.is_some() && history_path.is_none() {
         return Err("--history-root needs the history frontier (--history FILE)".into());
     }
-    let mut store =
-        Store::open(a.data.join("state"), Options::default()).map_err(|e| e.to_string())?;
-    if let Some((size, peaks)) = frontier {
-        store
-            .set_history_base(header.tid, size, peaks)
-            .map_err(|e| e.to_string())?;
+    let file = std::fs::File::open(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
+    let state = a.data.join("state");
+    if state.exists() {
+        return Err(format!("{} already holds a store", a.data.display()));
     }
-    for (k, v) in records(&bytes) {
-        store.put(header.tid, k, v).map_err(|e| e.to_string())?;
+    let created_data = !a.data.exists();
+    std::fs::create_dir_all(&a.data).map_err(|e| format!("{}: {e}", a.data.display()))?;
+    // One import at a time into a data directory: the lock is held until the store is renamed into place.
+    let lock_path = a.data.join(IMPORT_LOCK);
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("{}: {e}", lock_path.display()))?;
+    if lock.try_lock().is_err() {
+        return Err(format!(
+            "another import into {} is running",
+            a.data.display()
+        ));
     }
+    let tmp = a.data.join(IMPORT_DIR);
+    // Nothing of a failed import stays behind (nor the data directory, if the import created it).
+    let clean_up = || {
+        let _ = std::fs::remove_dir_all(&tmp);
+        let _ = std::fs::remove_file(&lock_path);
+        if created_data {
+            let _ = std::fs::remove_dir(&a.data);
+        }
+    };
+    if state.exists() {
+        clean_up();
+        return Err(format!("{} already holds a store", a.data.display()));
+    }
+    let result = remove_stale_import(&tmp).and_then(|()| {
+        import_into(
+            &a,
+            file,
+            &tmp,
+            trusted_root,
+            history_path.as_deref(),
+            trusted_history,
+        )
+    });
+    let (summary, root, digest) = match result {
+        Ok(done) => done,
+        Err(e) => {
+            clean_up();
+            return Err(e);
+        }
+    };
+    std::fs::rename(&tmp, &state).map_err(|e| {
+        format!(
+            "{} verified, but renaming it to {}: {e}",
+            tmp.display(),
+            state.display()
+        )
+    })?;
+    // The lock file goes before the lock: an import that opens it after this finds the store and stops.
+    let _ = std::fs::remove_file(&lock_path);
+    drop(lock);
+    sync_dir(&a.data)?;
+    if created_data {
+        if let Some(parent) = a.data.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+    }
+    match (&history_path, trusted_history) {
+        (Some(p), Some(_)) => println!(
+            "history: {} entries, history_root {} from {}, verified against --history-root",
+            digest.history_len,
+            digest.history_root,
+            p.display()
+        ),
+        (Some(p), None) => println!(
+            "history: {} entries, history_root {} from {} (compare it with the source's digest, or pass --history-root)",
+            digest.history_len,
+            digest.history_root,
+            p.display()
+        ),
+        (None, _) => println!(
+            "history: no history frontier given, so the history starts here (history_len 1) and digests differ from the source's"
+        ),
+    }
+    if trusted_root.is_some() {
+        println!(
+            "imported {} pairs of trie {} at version {}; root {root} verified against --root",
+            summary.records, summary.header.tid, summary.header.version
+        );
+    } else {
+        println!(
+            "imported {} pairs of trie {} at version {}; root {root} is the export's own, NOT verified against a trusted root (pass --root)",
+            summary.records, summary.header.tid, summary.header.version
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Streams the export in `file` into a new store in `tmp`: each chunk read is fed to the reader and each record it
+/// decodes is put at once. The store is committed only once the whole export verified against the trusted root,
+/// and closed before this returns; the caller removes `tmp` on an error.
+fn import_into(
+    a: &ImportArgs,
+    mut file: std::fs::File,
+    tmp: &std::path::Path,
+    trusted_root: Option<Hash>,
+    history_path: Option<&std::path::Path>,
+    trusted_history: Option<Hash>,
+) -> Result<(ExportSummary, Hash, letus_verify::Digest), String> {
+    let in_file = |e: letus_verify::error::ExportError| format!("{}: {e}", a.file.display());
+    let mut reader = ExportReader::new(Limits::default());
+    let mut chunk = vec![0u8; IMPORT_CHUNK_BYTES];
+    let mut importing: Option<Importing> = None;
+    loop {
+        let n = match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("{}: {e}", a.file.display())),
+        };
+        reader.push(&chunk[..n]);
+        if importing.is_none() {
+            let Some(header) = reader.read_header().map_err(in_file)?.copied() else {
+                continue;
+            };
+            let trusted = trusted_root.unwrap_or_else(|| {
+                eprintln!(
+                    "warning: no --root given; trusting the root written in the export ({})",
+                    header.root
+                );
+                header.root
+            });
+            let frontier = history_path
+                .map(|p| read_frontier(p, header.tid, header.version))
+                .transpose()?;
+            let mut store = Store::open(tmp, Options::default()).map_err(|e| e.to_string())?;
+            if let Some((size, peaks)) = frontier {
+                store
+                    .set_history_base(header.tid, size, peaks)
+                    .map_err(|e| e.to_string())?;
+            }
+            importing = Some(Importing {
+                header,
+                trusted,
+                store,
+            });
+        }
+        let Some(Importing { header, store, .. }) = importing.as_mut() else {
+            continue;
+        };
+        while let Some((k, v)) = reader.next_record().map_err(in_file)? {
+            store.put(header.tid, k, v).map_err(|e| e.to_string())?;
+        }
+    }
+    let Some(Importing {
+        header,
+        trusted,
+        mut store,
+    }) = importing
+    else {
+        return Err("the export has no header".into());
+    };
+    // Nothing is committed before the export verified: a tampered or cut export leaves only staged writes.
+    let summary = reader
+        .finish(&trusted)
+        .map_err(|e| format!("the export does not verify: {e}"))?;
     let digests = store.commit(header.version).map_err(|e| e.to_string())?;
     let root = digests
         .iter()
@@ -369,33 +516,6 @@ pub fn import(a: ImportArgs) -> Result<ExitCode, String> {
         }
     }
     store.close().map_err(|e| e.to_string())?;
-    match (&history_path, trusted_history) {
-        (Some(p), Some(_)) => println!(
-            "history: {} entries, history_root {} from {}, verified against --history-root",
-            digest.history_len,
-            digest.history_root,
-            p.display()
-        ),
-        (Some(p), None) => println!(
-            "history: {} entries, history_root {} from {} (compare it with the source's digest, or pass --history-root)",
-            digest.history_len,
-            digest.history_root,
-            p.display()
-        ),
-        (None, _) => println!(
-            "history: no history frontier given, so the history starts here (history_len 1) and digests differ from the source's"
-        ),
-    }
-    if trusted_given {
-        println!(
-            "imported {} pairs of trie {} at version {}; root {root} verified against --root",
-            summary.records, header.tid, header.version
-        );
-    } else {
-        println!(
-            "imported {} pairs of trie {} at version {}; root {root} is the export's own, NOT verified against a trusted root (pass --root)",
-            summary.records, header.tid, header.version
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    sync_dir(tmp)?;
+    Ok((summary, root, digest))
 }

@@ -190,6 +190,10 @@ fn an_imported_node_has_the_digests_of_its_source() {
         "{}",
         text(&out.stderr)
     );
+    assert!(
+        !dir.path().join("wrong").exists(),
+        "a refused import leaves no store behind"
+    );
 
     let digest = |urls: &[&str]| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_letus"));
@@ -234,4 +238,200 @@ fn an_imported_node_has_the_digests_of_its_source() {
     a.kill().unwrap();
     a.wait().unwrap();
     assert!(!out.status.success(), "{}", text(&out.stdout));
+}
+
+/// Exports trie 0 of the store in `src` to `file` (no history frontier); returns the export's bytes.
+fn export_to(src: &std::path::Path, file: &std::path::Path) -> Vec<u8> {
+    let out = Command::new(env!("CARGO_BIN_EXE_letus"))
+        .args(["export", "--history-out"])
+        .arg(src.join("unused.history.json"))
+        .arg("--out")
+        .arg(file)
+        .arg("--data")
+        .arg(src)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::read(file).unwrap()
+}
+
+fn import_file(file: &std::path::Path, data: &std::path::Path, root: Option<&str>) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_letus"));
+    c.args(["import", "--file"])
+        .arg(file)
+        .arg("--data")
+        .arg(data);
+    if let Some(r) = root {
+        c.args(["--root", r]);
+    }
+    c.output().unwrap()
+}
+
+/// What a directory holds (nothing when it does not exist).
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = rd
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// `letus import` streams the export into a store that becomes `state` only once the export verified: a flipped
+/// value byte, a cut file, a wrong trailer count or a root that is not the trusted one fail (exit 1, with the
+/// reason) and leave no store in the data directory, which a later `letus serve` would open as if it were good.
+#[test]
+fn an_export_that_does_not_verify_leaves_no_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let root = store(&src);
+    let good = dir.path().join("good.export");
+    let bytes = export_to(&src, &good);
+    // Header (53 bytes), then record 0: tag, two lengths, key `kN` (2 bytes), value `v` (1 byte).
+    let value0 = 53 + 9 + 2;
+    assert_eq!(bytes[value0], b'v');
+    let mut flipped = bytes.clone();
+    flipped[value0] ^= 1;
+    let mut count = bytes.clone();
+    let n = count.len();
+    count[n - 8] += 1;
+    let wrong_root = "00".repeat(31) + "01";
+    let cases: Vec<(&str, Vec<u8>, Option<&str>, &str)> = vec![
+        (
+            "flipped value byte, --root",
+            flipped.clone(),
+            Some(&root),
+            "the export does not verify: export does not verify: recomputed root",
+        ),
+        (
+            "flipped value byte, no --root",
+            flipped,
+            None,
+            "the export does not verify: export does not verify: recomputed root",
+        ),
+        (
+            "cut in the trailer",
+            bytes[..n - 4].to_vec(),
+            Some(&root),
+            "the export does not verify: bad export stream: input ends inside an object",
+        ),
+        (
+            "cut inside a record",
+            bytes[..value0].to_vec(),
+            Some(&root),
+            "the export does not verify: bad export stream: input ends inside an object",
+        ),
+        (
+            "cut inside the header",
+            bytes[..20].to_vec(),
+            Some(&root),
+            "the export has no header",
+        ),
+        (
+            "wrong trailer count",
+            count,
+            Some(&root),
+            "bad export stream: export trailer declares 4 records but 3 were read",
+        ),
+        (
+            "not the trusted root",
+            bytes.clone(),
+            Some(&wrong_root),
+            "the export does not verify: export does not verify: recomputed root",
+        ),
+    ];
+    for (what, export, trusted, message) in &cases {
+        let file = dir.path().join("bad.export");
+        std::fs::write(&file, export).unwrap();
+        // Into a data directory the import creates, and into one that exists (empty).
+        for existing in [false, true] {
+            let data = dir.path().join("dst");
+            if existing {
+                std::fs::create_dir(&data).unwrap();
+            }
+            let out = import_file(&file, &data, *trusted);
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+            assert!(
+                err.lines()
+                    .any(|l| l.starts_with("error: ") && l.contains(message)),
+                "{what}: {err}"
+            );
+            assert!(!text(&out.stdout).contains("imported"), "{what}");
+            assert_eq!(data.exists(), existing, "{what}");
+            assert_eq!(entries(&data), Vec::<String>::new(), "{what}");
+            if existing {
+                std::fs::remove_dir(&data).unwrap();
+            }
+        }
+    }
+    // The same export untampered imports, and the store verifies against the source's root.
+    let data = dir.path().join("dst");
+    let out = import_file(&good, &data, Some(&root));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(entries(&data), vec!["state".to_string()]);
+    let out = letus(&["verify", "--root", &root], &data);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+}
+
+/// An export of a few MiB is read in 1 MiB chunks, so records straddle chunk boundaries; every pair arrives. A
+/// store left by an import that was killed (`state.importing`) is removed, with a warning, by the next import, but
+/// not while another import holds the data directory's import lock.
+#[test]
+fn a_large_export_imports_chunk_by_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let mut s = Store::open(src.join("state"), Options::default()).unwrap();
+    for i in 0..3000u32 {
+        let value = vec![(i % 251) as u8; 1000 + (i as usize % 7)];
+        s.put(0, format!("key/{i}").as_bytes(), &value).unwrap();
+    }
+    let root = s.commit(1).unwrap()[0].root.to_hex();
+    s.close().unwrap();
+    let file = dir.path().join("big.export");
+    let bytes = export_to(&src, &file);
+    assert!(bytes.len() > 2 << 20, "{} bytes", bytes.len());
+    let data = dir.path().join("dst");
+    let stale = data.join("state.importing");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("junk"), b"from a killed import").unwrap();
+    // While another import holds the lock, nothing is touched.
+    let lock = std::fs::File::create(data.join("state.importing.lock")).unwrap();
+    lock.try_lock().unwrap();
+    let out = import_file(&file, &data, Some(&root));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("another import into"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(stale.join("junk").exists());
+    drop(lock);
+    let out = import_file(&file, &data, Some(&root));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("left by an import that did not finish"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains("imported 3000 pairs of trie 0 at version 1"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(entries(&data), vec!["state".to_string()]);
+    let out = letus(&["verify", "--root", &root], &data);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("3000 keys"),
+        "{}",
+        text(&out.stdout)
+    );
+    // A data directory that already holds a store is refused before anything is read.
+    let out = import_file(&file, &data, Some(&root));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("already holds a store"));
+    assert_eq!(entries(&data), vec!["state".to_string()]);
 }

@@ -336,5 +336,44 @@ fn exports() {
                 name(&c)
             ),
         }
+        // Pushed one byte at a time with every record taken as it is decoded: the same verdict, and the records
+        // handed out are the stream's (as many as the verdict counts when it verifies).
+        let mut r = letus_verify::export::ExportReader::new(Limits::default());
+        let mut res = Ok(());
+        let mut handed_out = 0u64;
+        'stream: for b in &stream {
+            r.push(std::slice::from_ref(b));
+            loop {
+                match r.next_record() {
+                    Ok(Some(_)) => handed_out += 1,
+                    Ok(None) => break,
+                    Err(e) => {
+                        res = Err(e);
+                        break 'stream;
+                    }
+                }
+            }
+        }
+        let streamed = res
+            .and_then(|()| r.finish(&root))
+            .map(|s| s.records)
+            .map_err(|e| e.code());
+        match c.get("error") {
+            Some(code) => assert_eq!(
+                streamed,
+                Err(code.as_str().unwrap()),
+                "streamed {}",
+                name(&c)
+            ),
+            None => assert_eq!(
+                (streamed, handed_out),
+                (
+                    Ok(c["records"].as_u64().unwrap()),
+                    c["records"].as_u64().unwrap()
+                ),
+                "streamed {}",
+                name(&c)
+            ),
+        }
     }
 }
