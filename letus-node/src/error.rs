@@ -48,7 +48,7 @@ pub enum ApiError {
     BodyTimeout(std::time::Duration),
     /// As many streams (exports) as the node allows are running; the limit is given.
     TooManyStreams(usize),
-    /// The store refuses writes after an I/O failure; restart the node.
+    /// A block write failed on an I/O error (the next write reopens the store), or a panic stopped writes until restart.
     Unavailable(String),
     /// Anything else (I/O, corruption): logged, reported without details that could leak paths.
     Internal(String),
@@ -111,8 +111,21 @@ impl ApiError {
             ApiError::TooManyStreams(n) => {
                 format!("{n} streams are running, the most this node serves at once; retry later")
             }
-            ApiError::Unavailable(m) => format!("the store refuses writes until restarted: {m}"),
+            ApiError::Unavailable(m) => format!("the store cannot take writes now: {m}"),
             ApiError::Internal(_) => "internal error (see the node's log)".into(),
+        }
+    }
+}
+
+impl ApiError {
+    /// The answer to a block write that failed with `e`: an I/O error (a full disk, a failing device) is
+    /// `unavailable`, since nothing was acknowledged and the next write reopens the store; the rest as `From`.
+    pub fn from_write(e: letus_core::Error) -> Self {
+        match e {
+            letus_core::Error::Io { source, .. } => ApiError::Unavailable(format!(
+                "I/O error ({source}); the write was not acknowledged, and the next write reopens the store"
+            )),
+            e => e.into(),
         }
     }
 }

@@ -63,7 +63,8 @@ pub struct Node {
     store: Mutex<Store>,
     /// Snapshots of the latest version for every read: a read never waits for a commit's trie update, fsync or
     /// index flush (only, for a moment, for a commit to publish its pages).
-    reader: Reader,
+    /// Takes the snapshots of every read; replaced when the store is reopened after an I/O failure.
+    reader: std::sync::RwLock<Reader>,
     blocks: Mutex<BlockStore>,
     /// The bearer token writes must carry.
     pub token: String,
@@ -142,8 +143,15 @@ impl Node {
         token: String,
         limits: NodeLimits,
     ) -> Result<Node, letus_core::Error> {
+        let block_storage = opts.storage.clone();
         let store = Store::open(data.join("state"), opts)?;
-        let mut blocks = BlockStore::open(&data.join("blocks"), BlockStoreOptions::default())?;
+        let mut blocks = BlockStore::open(
+            &data.join("blocks"),
+            BlockStoreOptions {
+                storage: block_storage,
+                ..BlockStoreOptions::default()
+            },
+        )?;
         // The block is appended before its state commit; a crash in between leaves a block without state.
         blocks.truncate_after(store.latest_version().unwrap_or(0))?;
         // The other direction cannot be repaired here: raw blocks that the state has but the block store lost (a
@@ -156,7 +164,7 @@ impl Node {
             );
         }
         Ok(Node {
-            reader: store.reader(),
+            reader: std::sync::RwLock::new(store.reader()),
             store: Mutex::new(store),
             blocks: Mutex::new(blocks),
             token,
@@ -169,6 +177,46 @@ impl Node {
             #[cfg(test)]
             panic_at: Mutex::new(None),
         })
+    }
+
+    /// The reader of the store as it is now.
+    fn reader(&self) -> Reader {
+        self.reader
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// After an I/O failure (a full disk, a failed fsync) the store or the block store refuses writes: the next
+    /// write reopens both (recovery of what is on disk), so writes resume by themselves once the device works;
+    /// until then each write answers `unavailable` with the reason.
+    fn recover_after_io_failure(&self, store: &mut Store) -> Result<(), ApiError> {
+        let mut blocks = self.blocks();
+        if !store.is_poisoned() && !blocks.is_poisoned() {
+            return Ok(());
+        }
+        let failed = |what: &str, e: letus_core::Error| {
+            tracing::warn!(%e, "{what} could not be reopened after an I/O failure");
+            ApiError::Unavailable(format!(
+                "{what} could not be reopened after an I/O failure: {e}"
+            ))
+        };
+        if store.is_poisoned() {
+            store.reopen().map_err(|e| failed("the store", e))?;
+            *self
+                .reader
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = store.reader();
+        }
+        if blocks.is_poisoned() {
+            blocks.reopen().map_err(|e| failed("the block store", e))?;
+        }
+        // As at open: a block whose state commit failed goes.
+        blocks
+            .truncate_after(store.latest_version().unwrap_or(0))
+            .map_err(|e| failed("the block store", e))?;
+        tracing::info!(version = ?store.latest_version(), "store reopened after an I/O failure; writes resume");
+        Ok(())
     }
 
     /// The block store. A panic under this lock poisons it; it comes from an append (a read changes nothing), and
@@ -207,6 +255,14 @@ impl Node {
             .store
             .into_inner()
             .map_err(|_| letus_core::Error::Poisoned)?;
+        if store.is_poisoned() {
+            // An I/O failure that no write has recovered from yet: nothing to flush that recovery would not
+            // rebuild.
+            tracing::warn!(
+                "closing a store that an I/O failure left unusable; the next open recovers it"
+            );
+            return Ok(());
+        }
         store.close()
     }
 
@@ -254,6 +310,7 @@ impl Node {
         if let Some(why) = self.wedged.get() {
             return Err(ApiError::Unavailable(why.clone()));
         }
+        self.recover_after_io_failure(&mut store)?;
         let version = req.version;
         let mut stage = WriteStage::Staging;
         // A panic is caught here, while the write guard is still alive, so the store's lock is never poisoned; what
@@ -359,7 +416,10 @@ impl Node {
             self.fail_point(WriteStage::Block);
             blocks
                 .append(req_version, fingerprint, block)
-                .inspect_err(|_| store.discard_staged())?;
+                .map_err(|e| {
+                    store.discard_staged();
+                    ApiError::from_write(e)
+                })?;
         }
         *stage = WriteStage::Commit;
         self.fail_point(WriteStage::Commit);
@@ -376,14 +436,14 @@ impl Node {
                 if !store.is_poisoned() {
                     let _ = self.blocks().truncate_after(latest.unwrap_or(0));
                 }
-                Err(e.into())
+                Err(ApiError::from_write(e))
             }
         }
     }
 
     /// Digests of every trie at `version` (default latest).
     pub fn digests(&self, version: Option<Version>) -> Result<DigestsResponse, ApiError> {
-        let store = self.reader.snapshot();
+        let store = self.reader().snapshot();
         let v = match version {
             Some(v) => v,
             None => store.latest_version().ok_or(ApiError::Empty)?,
@@ -414,7 +474,7 @@ impl Node {
         version: Option<Version>,
     ) -> Result<ValueResponse, ApiError> {
         let key = hex_field(key_hex, "key")?;
-        let store = self.reader.snapshot();
+        let store = self.reader().snapshot();
         let v = Self::resolve(&store, version)?;
         let digest = trie_digest(&store, tid, v)?;
         let (value, proof) = store.get_proof(tid, v, &key)?;
@@ -456,7 +516,7 @@ impl Node {
         if seen.windows(2).any(|w| w[0] == w[1]) {
             return Err(ApiError::BadRequest("the same key appears twice".into()));
         }
-        let store = self.reader.snapshot();
+        let store = self.reader().snapshot();
         let v = Self::resolve(&store, req.version)?;
         let digest = trie_digest(&store, tid, v)?;
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
@@ -485,7 +545,7 @@ impl Node {
         let limit = limit
             .unwrap_or(self.limits.max_history)
             .min(self.limits.max_history);
-        let store = self.reader.snapshot();
+        let store = self.reader().snapshot();
         if !store.tries().contains(&tid) {
             return Err(ApiError::UnknownTrie(tid));
         }
@@ -531,7 +591,7 @@ impl Node {
         from: Version,
         to: Option<Version>,
     ) -> Result<ConsistencyResponse, ApiError> {
-        let store = self.reader.snapshot();
+        let store = self.reader().snapshot();
         let to = Self::resolve(&store, to)?;
         if from > to {
             return Err(ApiError::BadRequest("`from` must not be above `to`".into()));
@@ -556,7 +616,7 @@ impl Node {
         version: Version,
         at: Option<Version>,
     ) -> Result<InclusionResponse, ApiError> {
-        let store = self.reader.snapshot();
+        let store = self.reader().snapshot();
         let at = Self::resolve(&store, at)?;
         if version > at {
             return Err(ApiError::BadRequest(
@@ -585,7 +645,7 @@ impl Node {
         tid: u32,
         version: Option<Version>,
     ) -> Result<FrontierResponse, ApiError> {
-        let store = self.reader.snapshot();
+        let store = self.reader().snapshot();
         let v = Self::resolve(&store, version)?;
         trie_digest(&store, tid, v)?;
         Ok(FrontierResponse::new(
@@ -602,7 +662,7 @@ impl Node {
         version: Option<Version>,
         mut sink: impl FnMut(Vec<u8>) -> bool,
     ) -> Result<u64, ApiError> {
-        let store = self.reader.snapshot();
+        let store = self.reader().snapshot();
         let v = Self::resolve(&store, version)?;
         let root = trie_digest(&store, tid, v)?.root;
         // A client that went away ended the stream: nothing to report.
@@ -613,11 +673,11 @@ impl Node {
     pub fn stats(
         &self,
     ) -> Result<(letus_core::metrics::Snapshot, u64, u64, Option<Version>), ApiError> {
-        let store = self.reader.snapshot();
+        let store = self.reader().snapshot();
         let blocks = self.blocks();
         Ok((
-            self.reader.metrics(),
-            self.reader.disk_bytes(),
+            self.reader().metrics(),
+            self.reader().disk_bytes(),
             blocks.disk_bytes(),
             store.latest_version(),
         ))

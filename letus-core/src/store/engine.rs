@@ -575,19 +575,28 @@ impl Engine {
             self.block_cache.clone(),
             table.clone(),
         );
+        let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let failed_flag = failed.clone();
         let handle = std::thread::Builder::new()
             .name(format!("letus-flush-{no}"))
             .spawn(move || {
-                for (path, f) in &logs {
-                    f.sync_data().map_err(|e| Error::io(path, e))?;
+                let r = logs
+                    .iter()
+                    .try_for_each(|(path, f)| f.sync_data().map_err(|e| Error::io(path, e)))
+                    .and_then(|()| {
+                        write_index_file(&dir, no, &frozen, &meta, counters, block_cache)
+                    });
+                if r.is_err() {
+                    failed_flag.store(true, std::sync::atomic::Ordering::Release);
                 }
-                write_index_file(&dir, no, &frozen, &meta, counters, block_cache)
+                r
             })
             .map_err(|e| Error::io(&self.dir, e))?;
         self.flushing = Some(Flushing {
             table,
             max_version: max,
             handle,
+            failed,
         });
         Ok(())
     }
@@ -615,6 +624,13 @@ impl Engine {
             .as_ref()
             .is_some_and(|f| !f.handle.is_finished())
             && (self.mem.bytes() >= self.memtable_limit / 16 * 15 || self.unflushed_work >= bound)
+    }
+
+    /// Whether the background flush failed (its error reaches the next commit, which then poisons the store).
+    pub(super) fn flush_failed(&self) -> bool {
+        self.flushing
+            .as_ref()
+            .is_some_and(|f| f.failed.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Installs the background flush's index file if it is done (never waits).
@@ -659,6 +675,8 @@ pub(super) struct Flushing {
     /// The highest version its records may have.
     pub(super) max_version: Version,
     pub(super) handle: std::thread::JoinHandle<Result<IndexFile>>,
+    /// Set by the thread when the flush failed (before the next commit joins it and sees the error).
+    pub(super) failed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Drop for Engine {

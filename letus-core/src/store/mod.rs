@@ -516,12 +516,30 @@ impl Store {
         Ok(())
     }
 
+    /// Reopens the store in place after a failure (what `is_poisoned` reports): waits for a background flush,
+    /// releases the directory lock and opens the directory again, which runs the recovery of `FORMAT.md §4` on
+    /// what is on disk. Staged writes are dropped. [`Reader`]s and [`Snapshot`]s taken before keep reading the
+    /// versions they knew; take a new [`Store::reader`] to see later ones. If the device still fails, the error
+    /// is returned and the store stays poisoned (the call can be repeated); in between, the lock is not held.
+    pub fn reopen(&mut self) -> Result<()> {
+        if let Ok(mut e) = self.shared.engine.write() {
+            // Its result is the failure being recovered from, or one the reopen will meet again.
+            let _ = e.finish_flush();
+        }
+        self.poisoned = true;
+        self._lock = Box::new(());
+        *self = Store::open(&self.dir, self.limits.clone())?;
+        Ok(())
+    }
+
     /// Whether a failed commit left the store unusable until it is reopened. A commit that fails this way may
     /// already be durable (it failed after its Commit record was fsynced, e.g. in an index flush): reopening
     /// recovers exactly what is on disk. A commit refused before anything was written (a version not above the
-    /// last one) does not poison.
+    /// last one) does not poison. A background index flush that failed counts too.
     pub fn is_poisoned(&self) -> bool {
-        self.poisoned
+        // A background flush that failed poisons the store at the next commit; it is reported now, so that the
+        // caller can reopen before that commit fails too.
+        self.poisoned || self.shared.engine().flush_failed()
     }
 
     /// Drops every staged change.

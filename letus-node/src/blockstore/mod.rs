@@ -175,6 +175,21 @@ impl BlockStore {
 
     /// Appends a block (versions strictly increasing, `Error::VersionNotIncreasing` otherwise; at most
     /// [`MAX_BLOCK_BYTES`], `Error::TooLarge` otherwise) and fsyncs (when `opts.sync`) before returning.
+    /// Whether a failed write or fsync left the store refusing appends until [`BlockStore::reopen`].
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Opens the directory again (recovery of what is on disk), releasing the lock in between; on an error the
+    /// store stays as it was, poisoned.
+    pub fn reopen(&mut self) -> Result<()> {
+        self.poisoned = true;
+        self._lock = Box::new(());
+        let opts = self.opts.clone();
+        *self = BlockStore::open(&self.dir, opts)?;
+        Ok(())
+    }
+
     /// Seals the active segment afterwards if it is larger than `segment_bytes` (write the footer index, fsync,
     /// then create the next segment file and fsync the directory).
     ///
