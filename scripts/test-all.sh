@@ -40,6 +40,20 @@ python3 tools/check_vectors.py
 step "the JS package (js/pkg), so that the demo test checks that \`letus demo\` serves the wallet page"
 sh js/scripts/build.sh
 
+step "every cargo-fuzz target briefly (stable toolchain, libFuzzer without a sanitizer; scripts/fuzz.sh runs them long)"
+command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
+fuzz_target_dir="$(pwd)/target/fuzz-stable"
+for dir in letus-verify/fuzz fuzz; do
+  for t in $(cd "$dir" && cargo fuzz list); do
+    log="$fuzz_target_dir/$t.log"
+    mkdir -p "$fuzz_target_dir"
+    (cd "$dir" && CARGO_TARGET_DIR="$fuzz_target_dir" cargo fuzz run -s none -O "$t" -- \
+      -max_total_time=8 -rss_limit_mb=2048 >"$log" 2>&1) ||
+      { tail -n 40 "$log"; echo "fuzz target $dir/$t failed (log: $log)" >&2; exit 1; }
+    grep -a "^Done" "$log" | sed "s|^|  $dir/$t: |"
+  done
+done
+
 step "cargo test (workspace)"
 LETUS_REQUIRE_WALLET=1 cargo test --workspace
 
