@@ -522,10 +522,14 @@ impl Store {
     /// versions they knew; take a new [`Store::reader`] to see later ones. If the device still fails, the error
     /// is returned and the store stays poisoned (the call can be repeated); in between, the lock is not held.
     pub fn reopen(&mut self) -> Result<()> {
-        if let Ok(mut e) = self.shared.engine.write() {
-            // Its result is the failure being recovered from, or one the reopen will meet again.
-            let _ = e.finish_flush();
-        }
+        // A running flush must end before the directory is opened again (the open deletes `.tmp` files); its
+        // result is the failure being recovered from, or one the reopen will meet again.
+        let _ = self
+            .shared
+            .engine
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .finish_flush();
         self.poisoned = true;
         self._lock = Box::new(());
         *self = Store::open(&self.dir, self.limits.clone())?;
