@@ -69,6 +69,9 @@ pub enum Error {
     InvalidHistoryBase(String),
     /// A history cursor that is not the version of an entry of that key's history.
     InvalidCursor(Version),
+    /// A bulk load that cannot proceed: the directory already holds files, or the pairs are not in strictly
+    /// increasing key-path order.
+    InvalidBulkLoad(String),
     /// The caller's callback asked to stop (e.g. the client of a streamed export went away).
     Cancelled,
 }
@@ -132,6 +135,7 @@ impl fmt::Display for Error {
                 f,
                 "cursor {v} is not the version of an entry in this key's history"
             ),
+            Error::InvalidBulkLoad(why) => write!(f, "bulk load: {why}"),
             Error::Cancelled => write!(f, "stopped by the caller"),
         }
     }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use letus_core::{Options, Store};
-use letus_verify::export::{ExportHeader, ExportReader, ExportSummary};
+use letus_verify::export::{ExportReader, ExportSummary};
 use letus_verify::{Hash, Limits};
 
 /// Opens the store of an existing data directory; a directory without one is an error, never created.
@@ -286,13 +286,6 @@ const IMPORT_DIR: &str = "state.importing";
 /// The lock file (inside `--data`) held by a running import.
 const IMPORT_LOCK: &str = "state.importing.lock";
 
-/// What the records of the export are checked and written against: known once its header is read.
-struct Importing {
-    header: ExportHeader,
-    trusted: Hash,
-    store: Store,
-}
-
 /// Removes the store left in `dir` by an import that did not finish (it was killed): called with the import lock
 /// held, so no import is running there.
 fn remove_stale_import(dir: &std::path::Path) -> Result<(), String> {
@@ -426,9 +419,10 @@ pub fn import(a: ImportArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Streams the export in `file` into a new store in `tmp`: each chunk read is fed to the reader and each record it
-/// decodes is put at once. The store is committed only once the whole export verified against the trusted root,
-/// and closed before this returns; the caller removes `tmp` on an error.
+/// Streams the export in `file` into a new store in `tmp` with `Store::bulk_load`: each chunk read is fed to the
+/// reader and each record it decodes goes straight into the store's value log and pages, so memory does not grow
+/// with the export. The store is checked against the trusted root (and history root) once the whole export has
+/// verified, and closed before this returns; the caller removes `tmp` on an error.
 fn import_into(
     a: &ImportArgs,
     mut file: std::fs::File,
@@ -440,73 +434,103 @@ fn import_into(
     let in_file = |e: letus_verify::error::ExportError| format!("{}: {e}", a.file.display());
     let mut reader = ExportReader::new(Limits::default());
     let mut chunk = vec![0u8; IMPORT_CHUNK_BYTES];
-    let mut importing: Option<Importing> = None;
-    loop {
-        let n = match file.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("{}: {e}", a.file.display())),
-        };
-        reader.push(&chunk[..n]);
-        if importing.is_none() {
-            let Some(header) = reader.read_header().map_err(in_file)?.copied() else {
-                continue;
-            };
-            let trusted = trusted_root.unwrap_or_else(|| {
-                eprintln!(
-                    "warning: no --root given; trusting the root written in the export ({})",
-                    header.root
-                );
-                header.root
-            });
-            let frontier = history_path
-                .map(|p| read_frontier(p, header.tid, header.version))
-                .transpose()?;
-            let mut store = Store::open(tmp, Options::default()).map_err(|e| e.to_string())?;
-            if let Some((size, peaks)) = frontier {
-                store
-                    .set_history_base(header.tid, size, peaks)
-                    .map_err(|e| e.to_string())?;
+    let mut read_chunk = |reader: &mut ExportReader| -> Result<bool, String> {
+        loop {
+            match file.read(&mut chunk) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    reader.push(&chunk[..n]);
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("{}: {e}", a.file.display())),
             }
-            importing = Some(Importing {
-                header,
-                trusted,
-                store,
-            });
         }
-        let Some(Importing { header, store, .. }) = importing.as_mut() else {
-            continue;
-        };
-        while let Some((k, v)) = reader.next_record().map_err(in_file)? {
-            store.put(header.tid, k, v).map_err(|e| e.to_string())?;
-        }
-    }
-    let Some(Importing {
-        header,
-        trusted,
-        mut store,
-    }) = importing
-    else {
-        return Err("the export has no header".into());
     };
-    // Nothing is committed before the export verified: a tampered or cut export leaves only staged writes.
+    let header = loop {
+        if let Some(h) = reader.read_header().map_err(in_file)? {
+            break *h;
+        }
+        if !read_chunk(&mut reader)? {
+            return Err("the export has no header".into());
+        }
+    };
+    let trusted = trusted_root.unwrap_or_else(|| {
+        eprintln!(
+            "warning: no --root given; trusting the root written in the export ({})",
+            header.root
+        );
+        header.root
+    });
+    let frontier = history_path
+        .map(|p| read_frontier(p, header.tid, header.version))
+        .transpose()?;
+    // The source's errors (reading the file, decoding the stream) stop the load and are reported as they are.
+    let mut failed: Option<String> = None;
+    let loaded = if header.root == letus_verify::EMPTY {
+        // An empty trie: nothing to load, one empty commit.
+        Store::open(tmp, Options::default()).and_then(|mut store| {
+            if let Some((size, peaks)) = frontier.clone() {
+                store.set_history_base(header.tid, size, peaks)?;
+            }
+            store.commit(header.version)?;
+            Ok(store)
+        })
+    } else {
+        Store::bulk_load(
+            tmp,
+            Options::default(),
+            header.tid,
+            header.version,
+            frontier.clone(),
+            || loop {
+                match reader.next_record() {
+                    Ok(Some((k, v))) => return Ok(Some((k.to_vec(), v.to_vec()))),
+                    Ok(None) => {}
+                    Err(e) => {
+                        failed = Some(in_file(e));
+                        return Err(letus_core::Error::Cancelled);
+                    }
+                }
+                match read_chunk(&mut reader) {
+                    Ok(true) => {}
+                    Ok(false) => return Ok(None),
+                    Err(e) => {
+                        failed = Some(e);
+                        return Err(letus_core::Error::Cancelled);
+                    }
+                }
+            },
+        )
+    };
+    let store = match loaded {
+        Ok(store) => store,
+        Err(e) => {
+            if let Some(f) = failed {
+                return Err(f);
+            }
+            // An export that does not verify is the reason to report (a cut one ends its pairs early).
+            while read_chunk(&mut reader)? {}
+            if let Err(v) = reader.finish(&trusted) {
+                return Err(format!("the export does not verify: {v}"));
+            }
+            return Err(e.to_string());
+        }
+    };
+    // The rest of the file (the trailer) is read before the verdict.
+    while read_chunk(&mut reader)? {}
     let summary = reader
         .finish(&trusted)
         .map_err(|e| format!("the export does not verify: {e}"))?;
-    let digests = store.commit(header.version).map_err(|e| e.to_string())?;
-    let root = digests
-        .iter()
-        .find(|d| d.tid == header.tid)
-        .map_or(letus_verify::EMPTY, |d| d.root);
+    let digest = store
+        .digest(header.tid, header.version)
+        .map_err(|e| e.to_string())?;
+    let root = digest.root;
     if root != trusted {
         return Err(format!(
             "imported state has root {root}, expected {trusted}"
         ));
     }
-    let digest = store
-        .digest(header.tid, header.version)
-        .map_err(|e| e.to_string())?;
     if let Some(h) = trusted_history {
         if digest.history_root != h {
             return Err(format!(

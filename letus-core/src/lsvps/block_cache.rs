@@ -72,6 +72,11 @@ impl BlockCache {
         }
     }
 
+    /// The backend, shared.
+    pub(crate) fn shared_storage(&self) -> SharedStorage {
+        self.storage.clone()
+    }
+
     /// The backend the index files are opened from.
     pub(crate) fn storage(&self) -> &dyn Storage {
         &*self.storage

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::fsutil::{self, u32_at, u64_at, AppendFile};
 use crate::metrics::Counters;
-use crate::storage::Storage;
+use crate::storage::SharedStorage;
 
 use super::block_cache::BlockCache;
 use super::page_key::PageKey;
@@ -48,6 +48,8 @@ pub const ENTRY_LEN: usize = PageKey::ENCODED_LEN + 8 + 4;
 pub const INDEX_BLOCK_TARGET: usize = 4096;
 /// The writer's buffer: page blocks reach the file in pieces of about this size.
 const WRITE_CHUNK: usize = 256 << 10;
+/// Index blocks held in memory before they move to the writer's side file.
+const INDEX_SPILL: usize = 4 << 20;
 /// Entries per full index block: `(4096 - 8) / 58 = 70`, so a full block is `8 + 70 * 58 = 4068` bytes.
 pub const MAX_ENTRIES_PER_BLOCK: usize = (INDEX_BLOCK_TARGET - 8) / ENTRY_LEN;
 
@@ -224,8 +226,13 @@ pub struct IndexFileWriter {
     block: Vec<u8>,
     block_first: Option<PageKey>,
     block_count: u32,
-    /// Finished index blocks, back to back, as they will be written.
+    /// Finished index blocks, back to back, as they will be written (after the first `index_spilled` bytes).
     index: Vec<u8>,
+    /// Index blocks moved out of memory into a side file (`<path>.index.tmp`) once `index` reached
+    /// [`INDEX_SPILL`]: a file of millions of records (a bulk load) keeps only its lookup entries in memory.
+    spill: Option<(PathBuf, AppendFile)>,
+    index_spilled: u64,
+    fs: SharedStorage,
     /// `(first key, offset relative to the start of the index region, entries)` of each finished index block.
     lookup: Vec<(PageKey, u64, u32)>,
     /// Set after an I/O error: the file is in an unknown state and must be deleted.
@@ -235,8 +242,8 @@ pub struct IndexFileWriter {
 impl IndexFileWriter {
     /// Creates `path` (which must not exist; the engine passes a temporary name and renames it after `finish`) and
     /// writes the header.
-    pub fn create(fs: &dyn Storage, path: &Path, counters: Arc<Counters>) -> Result<Self> {
-        let file = fsutil::create_new(fs, path)?;
+    pub fn create(fs: &SharedStorage, path: &Path, counters: Arc<Counters>) -> Result<Self> {
+        let file = fsutil::create_new(&**fs, path)?;
         let mut w = IndexFileWriter {
             path: path.to_path_buf(),
             out: AppendFile { file, end: 0 },
@@ -250,6 +257,9 @@ impl IndexFileWriter {
             block_first: None,
             block_count: 0,
             index: Vec::new(),
+            spill: None,
+            index_spilled: 0,
+            fs: fs.clone(),
             lookup: Vec::new(),
             failed: false,
         };
@@ -338,7 +348,7 @@ impl IndexFileWriter {
         encode_entry(&mut self.block, key, offset, len);
         self.block_count += 1;
         if self.block_count as usize == MAX_ENTRIES_PER_BLOCK {
-            self.seal_block();
+            self.seal_block()?;
         }
         self.last = Some(*key);
         self.records += 1;
@@ -349,12 +359,13 @@ impl IndexFileWriter {
         Ok(())
     }
 
-    /// Moves the index block being filled to `index` and records it for the lookup block.
-    fn seal_block(&mut self) {
+    /// Moves the index block being filled to `index` and records it for the lookup block; moves `index` to the
+    /// side file when it is large.
+    fn seal_block(&mut self) -> Result<()> {
         let Some(first) = self.block_first.take() else {
-            return;
+            return Ok(());
         };
-        let rel = self.index.len() as u64;
+        let rel = self.index_spilled + self.index.len() as u64;
         let start = self.index.len();
         self.index
             .extend_from_slice(&self.block_count.to_le_bytes());
@@ -364,6 +375,29 @@ impl IndexFileWriter {
         self.lookup.push((first, rel, self.block_count));
         self.block.clear();
         self.block_count = 0;
+        if self.index.len() >= INDEX_SPILL {
+            if let Err(e) = self.spill_index() {
+                self.failed = true;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn spill_index(&mut self) -> Result<()> {
+        if self.spill.is_none() {
+            let mut name = self.path.clone().into_os_string();
+            name.push(".index.tmp");
+            let path = PathBuf::from(name);
+            let file = fsutil::create_new(&*self.fs, &path)?;
+            self.spill = Some((path, AppendFile { file, end: 0 }));
+        }
+        if let Some((path, f)) = &mut self.spill {
+            f.append(&self.index).map_err(|e| Error::io(&*path, e))?;
+        }
+        self.index_spilled += self.index.len() as u64;
+        self.index.clear();
+        Ok(())
     }
 
     /// Writes the index blocks, the lookup block and the footer, then fsyncs the file. Returns the file size.
@@ -392,10 +426,22 @@ impl IndexFileWriter {
                 ));
             }
         }
-        self.seal_block();
+        self.seal_block()?;
 
-        // Index blocks: right after the last page block.
+        // Index blocks: right after the last page block (first those in the side file, read back in pieces).
         let index_offset = self.pos;
+        if let Some((path, side)) = self.spill.take() {
+            let mut buf = vec![0u8; WRITE_CHUNK];
+            let mut at = 0;
+            while at < side.end {
+                let n = (side.end - at).min(WRITE_CHUNK as u64) as usize;
+                fsutil::read_exact_at(&*side.file, &path, &mut buf[..n], at)?;
+                self.write(&buf[..n])?;
+                at += n as u64;
+            }
+            drop(side);
+            fsutil::remove_file(&*self.fs, &path)?;
+        }
         let index = std::mem::take(&mut self.index);
         self.write(&index)?;
 

@@ -55,7 +55,7 @@ fn meta_for(model: &Model) -> FileMeta {
 }
 
 fn write_file(path: &Path, model: &Model, meta: &FileMeta) -> u64 {
-    let mut w = IndexFileWriter::create(&crate::storage::Local, path, counters()).unwrap();
+    let mut w = IndexFileWriter::create(&crate::storage::local(), path, counters()).unwrap();
     for (k, v) in model {
         w.add(k, v).unwrap();
     }
@@ -155,7 +155,7 @@ fn lsvps_round_trip_many_records() {
     let model = random_model(&mut rng, 6000, max_v, 300);
     let meta = meta_for(&model);
     let wc = counters();
-    let mut w = IndexFileWriter::create(&crate::storage::Local, &path, wc.clone()).unwrap();
+    let mut w = IndexFileWriter::create(&crate::storage::local(), &path, wc.clone()).unwrap();
     for (k, v) in &model {
         w.add(k, v).unwrap();
     }
@@ -240,7 +240,7 @@ fn lsvps_add_out_of_order_rejected() {
     let k1 = PageKey::new(0, p, 1, PageKind::Base);
     let k2 = PageKey::new(0, p, 1, PageKind::Delta);
     let k3 = PageKey::new(0, p, 2, PageKind::Base);
-    let mut w = IndexFileWriter::create(&crate::storage::Local, &path, counters()).unwrap();
+    let mut w = IndexFileWriter::create(&crate::storage::local(), &path, counters()).unwrap();
     w.add(&k2, b"two").unwrap();
     assert!(w.add(&k1, b"one").is_err(), "smaller key");
     assert!(w.add(&k2, b"again").is_err(), "equal key");
@@ -300,14 +300,14 @@ fn lsvps_finish_checks_meta_and_record_size() {
     .enumerate()
     {
         let path = dir.path().join(format!("bad{i}.idx"));
-        let mut w = IndexFileWriter::create(&crate::storage::Local, &path, counters()).unwrap();
+        let mut w = IndexFileWriter::create(&crate::storage::local(), &path, counters()).unwrap();
         w.add(&key, b"r").unwrap();
         assert!(w.finish(bad).is_err(), "{bad:?}");
         // No footer was written: the file does not open.
         assert_corrupt(open(&path, 0, 0), &path);
     }
     let path = dir.path().join("big.idx");
-    let mut w = IndexFileWriter::create(&crate::storage::Local, &path, counters()).unwrap();
+    let mut w = IndexFileWriter::create(&crate::storage::local(), &path, counters()).unwrap();
     let big = vec![0u8; MAX_RECORD_LEN + 1];
     assert!(matches!(w.add(&key, &big), Err(Error::TooLarge { .. })));
     w.add(&key, &big[..MAX_RECORD_LEN]).unwrap();
@@ -315,7 +315,7 @@ fn lsvps_finish_checks_meta_and_record_size() {
     let f = open(&path, 0, 0).unwrap();
     assert_eq!(f.get(&key).unwrap().map(|v| v.len()), Some(MAX_RECORD_LEN));
     // The writer refuses to overwrite an existing file.
-    assert!(IndexFileWriter::create(&crate::storage::Local, &path, counters()).is_err());
+    assert!(IndexFileWriter::create(&crate::storage::local(), &path, counters()).is_err());
 }
 
 #[test]
@@ -324,7 +324,7 @@ fn lsvps_torn_file_without_footer_is_corrupt() {
     let path = dir.path().join("torn.idx.tmp");
     let mut rng = Rng::new(2);
     let model = random_model(&mut rng, 300, 20, 40);
-    let mut w = IndexFileWriter::create(&crate::storage::Local, &path, counters()).unwrap();
+    let mut w = IndexFileWriter::create(&crate::storage::local(), &path, counters()).unwrap();
     for (k, v) in &model {
         w.add(k, v).unwrap();
     }
@@ -543,7 +543,7 @@ fn lsvps_mem_table_matches_index_file_after_flush() {
     let qs = queries(41);
     check_mem_against_model(&t, &model, &qs);
 
-    let mut w = IndexFileWriter::create(&crate::storage::Local, &path, counters()).unwrap();
+    let mut w = IndexFileWriter::create(&crate::storage::local(), &path, counters()).unwrap();
     t.write_to(&mut w).unwrap();
     let meta = t.file_meta(1, 41, (1, 2));
     w.finish(&meta).unwrap();
@@ -649,4 +649,36 @@ fn lsvps_types_are_send_sync() {
     assert_send_sync::<BlockCache>();
     assert_send_sync::<MemIndexTable>();
     assert_send_sync::<IndexFileWriter>();
+}
+
+/// A file with more index entries than the writer keeps in memory (its index blocks go through the side file):
+/// every record is found, and the side file is gone.
+#[test]
+fn lsvps_a_file_whose_index_outgrows_memory_reads_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.idx");
+    let mut model = Model::new();
+    let mut i = 0u64;
+    // ~5.9 MB of index entries (58 bytes each): above the 4 MiB kept in memory.
+    while model.len() < 102_000 {
+        let mut prefix = [0u8; 32];
+        prefix[..8].copy_from_slice(&i.to_be_bytes());
+        let id = PageId::new(16, &prefix).unwrap();
+        model.insert(
+            PageKey::new(0, id, 1 + i % 5, kind(i.is_multiple_of(2))),
+            i.to_le_bytes().to_vec(),
+        );
+        i += 1;
+    }
+    write_file(&path, &model, &meta_for(&model));
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("big.idx")]);
+    let f = open(&path, 1, 1 << 20).unwrap();
+    assert_eq!(f.meta().records, model.len() as u64);
+    for (k, v) in model.iter().step_by(97).chain(model.iter().last()) {
+        assert_eq!(f.get(k).unwrap().as_deref(), Some(v.as_slice()));
+    }
 }

@@ -660,7 +660,7 @@ pub(super) fn write_index_file(
     let tmp = dir.join(format!("{no:06}.idx.tmp"));
     let fin = dir.join(format!("{no:06}.idx"));
     let fs = block_cache.storage();
-    let mut w = IndexFileWriter::create(fs, &tmp, counters.clone())?;
+    let mut w = IndexFileWriter::create(&block_cache.shared_storage(), &tmp, counters.clone())?;
     table.write_to(&mut w)?;
     w.finish(meta)?;
     fsutil::rename(fs, &tmp, &fin)?;

@@ -105,6 +105,7 @@ macro_rules! read_api {
     };
 }
 
+mod bulk;
 mod engine;
 mod snapshot;
 mod trie_state;

@@ -176,7 +176,10 @@ struct Group {
     version: Option<u64>,
     /// Number of buffered Put/Delete records.
     records: u32,
-    /// The encoded records.
+    /// Bytes of the group already written to the file by [`Vdls::spill`] (not committed: the file's committed
+    /// length stays at `start` until the Commit record is durable).
+    spilled: u64,
+    /// The encoded records not yet written.
     buf: Vec<u8>,
 }
 
@@ -424,7 +427,7 @@ impl Vdls {
         self.begin_group()?;
         let loc = Location {
             file_id: self.group.file_id,
-            offset: self.group.start + self.group.buf.len() as u64,
+            offset: self.group.start + self.group.spilled + self.group.buf.len() as u64,
             len: u.encoded_len() as u32,
         };
         if let Some(p) = u.prev {
@@ -452,7 +455,7 @@ impl Vdls {
             return Err(Error::Poisoned);
         }
         self.begin_group()?;
-        let mut offset = self.group.start + self.group.buf.len() as u64;
+        let mut offset = self.group.start + self.group.spilled + self.group.buf.len() as u64;
         let mut out = Vec::with_capacity(lens.len());
         for &len in lens {
             out.push(Location {
@@ -506,8 +509,41 @@ impl Vdls {
         }
     }
 
+    /// Writes the buffered records of the open group to its file now, so that a group of any size needs only a
+    /// bounded buffer (a bulk load). They are not committed: readers and recovery see them only once
+    /// [`Vdls::commit`] made the group's Commit record durable, and a crash before that leaves a tail that recovery
+    /// cuts. Only in the active file (a group that starts a new file keeps its buffer until the commit).
+    pub fn spill(&mut self) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        if !self.group.open || self.group.buf.is_empty() || self.group.file_id != self.end.file_id {
+            return Ok(());
+        }
+        let f = self.reader.files().last().cloned().ok_or(Error::Poisoned)?;
+        let at = self.group.start + self.group.spilled;
+        if let Err(e) = f.file.write_all_at(&self.group.buf, at) {
+            self.poisoned = true;
+            return Err(Error::io(&f.path, e));
+        }
+        Counters::add(&self.counters.bytes_written, self.group.buf.len() as u64);
+        self.group.spilled += self.group.buf.len() as u64;
+        self.group.buf.clear();
+        Ok(())
+    }
+
+    /// Bytes of the open group held in memory (not yet written by [`Vdls::spill`]).
+    pub fn buffered_bytes(&self) -> usize {
+        self.group.buf.len()
+    }
+
     /// Drops the buffered records of the uncommitted group.
     pub fn abort(&mut self) {
+        // Spilled records are on disk past the committed end; a new group must not be written over them (nothing
+        // is ever overwritten), so the log is reopened first, which cuts them.
+        if self.group.spilled > 0 {
+            self.poisoned = true;
+        }
         let mut buf = std::mem::take(&mut self.group.buf);
         buf.clear();
         self.group = Group {
@@ -611,13 +647,13 @@ impl Vdls {
         debug_assert_eq!(f.id, g.file_id);
         debug_assert_eq!(f.len(), g.start);
         f.file
-            .write_all_at(&g.buf, g.start)
+            .write_all_at(&g.buf, g.start + g.spilled)
             .map_err(|e| Error::io(&f.path, e))?;
         if self.opts.sync {
             f.file.sync_data().map_err(|e| Error::io(&f.path, e))?;
         }
         Counters::add(&self.counters.bytes_written, g.buf.len() as u64);
-        let end = g.start + g.buf.len() as u64;
+        let end = g.start + g.spilled + g.buf.len() as u64;
         // Published only now: readers never see a length whose bytes are not all written.
         f.len.store(end, Ordering::Release);
         Ok(Position {

@@ -1,0 +1,376 @@
+//! Bulk loading: a new store holding one trie's pairs at one version, built from pairs in key-path order (what an
+//! export holds) in memory that does not grow with the number of pairs.
+//!
+//! A commit of `n` pairs holds its whole write set, its trie update and its value-log group in memory; a bulk load
+//! streams instead:
+//! - each pair's Put record goes to the value log as it arrives (the group's buffer is written out every
+//!   [`SPILL_BYTES`], see `Vdls::spill`; the group is committed once, at the end);
+//! - the trie is built bottom-up in one pass: pairs sorted by key path arrive grouped by prefix, so a page is
+//!   complete when the next pair leaves its prefix. Only the pages on the path from the root to the current pair
+//!   are open (at most 33), and every finished page is written as a BasePage to a sorted run of its depth;
+//! - the runs are concatenated into the store's first index file (index files sort records by depth, then prefix,
+//!   and a run holds one depth's pages in prefix order), whose writer keeps 58 bytes per page (one page per 6 to
+//!   150 pairs), not per pair;
+//! - the roots log, the tombstone log and the history base are written as a flush would, so that the store opens
+//!   with nothing to replay.
+//!
+//! The pages are those a commit of the same pairs into an empty trie produces (same slots, same hashes), so the
+//! root is SPEC.md's and later commits, reads and proofs behave exactly as on a store built by commits. The
+//! directory is scratch until the load returns: a crash or an error leaves it for the caller to delete.
+
+use std::io::{BufRead, BufReader, Read};
+
+use super::*;
+use crate::fsutil::AppendFile;
+use crate::lsvps::IndexFileWriter;
+use crate::storage::SeqReader;
+use crate::trie::page::{self, child_slot, grand_slot, Cell, Page, SlotNo};
+
+/// The value-log group is written out whenever its buffer reaches this size.
+const SPILL_BYTES: usize = 4 << 20;
+/// Each depth's run is written in pieces of this size.
+const RUN_BUFFER: usize = 256 << 10;
+
+/// The nibble `i` of `path`.
+fn nibble(path: &KeyPath, i: usize) -> u8 {
+    let b = path.0[i / 2];
+    if i.is_multiple_of(2) {
+        b >> 4
+    } else {
+        b & 0x0f
+    }
+}
+
+/// Whether `path` starts with the `depth` nibbles of `id` followed by `more`.
+fn under(path: &KeyPath, id: &PageId, more: &[u8]) -> bool {
+    let d = usize::from(id.depth);
+    path.0[..d / 2] == id.prefix[..d / 2]
+        && more
+            .iter()
+            .enumerate()
+            .all(|(i, &n)| nibble(path, d + i) == n)
+}
+
+/// The finished pages of one depth, in prefix order: `prefix[32] | u32 len | record` each.
+struct Run {
+    path: PathBuf,
+    file: AppendFile,
+    buf: Vec<u8>,
+    pages: u64,
+}
+
+/// Builds pages bottom-up from leaves in key-path order.
+struct Builder<'a> {
+    fs: &'a dyn crate::storage::Storage,
+    dir: PathBuf,
+    version: Version,
+    runs: BTreeMap<u8, Run>,
+    /// The next leaves (at most two are looked at: a group holds zero, one or several leaves).
+    ahead: std::collections::VecDeque<Leaf>,
+    next: &'a mut dyn FnMut() -> Result<Option<Leaf>>,
+    done: bool,
+}
+
+impl Builder<'_> {
+    /// The `i`-th leaf not yet taken (0 or 1), pulled from the source if needed.
+    fn peek(&mut self, i: usize) -> Result<Option<&Leaf>> {
+        while self.ahead.len() <= i && !self.done {
+            match (self.next)()? {
+                Some(l) => self.ahead.push_back(l),
+                None => self.done = true,
+            }
+        }
+        Ok(self.ahead.get(i))
+    }
+
+    /// How many leaves (0, 1 or "2 or more") are under `id` followed by `more`.
+    fn count(&mut self, id: &PageId, more: &[u8]) -> Result<u8> {
+        let mut n = 0;
+        for i in 0..2 {
+            match self.peek(i)? {
+                Some(l) if under(&l.path, id, more) => n += 1,
+                _ => break,
+            }
+        }
+        Ok(n)
+    }
+
+    fn take(&mut self) -> Result<Leaf> {
+        self.ahead
+            .pop_front()
+            .ok_or_else(|| Error::InvalidBulkLoad("a leaf went missing".into()))
+    }
+
+    /// Builds page `id` from every leaf under it (two or more, or any number for the root page), emitting every
+    /// page below it first.
+    fn page(&mut self, id: PageId) -> Result<Page> {
+        let mut cells: Vec<(SlotNo, Cell)> = Vec::new();
+        if id == PageId::ROOT && self.count(&id, &[])? == 1 {
+            cells.push((0, Cell::Leaf(self.take()?)));
+        } else {
+            for c in 0..16u8 {
+                match self.count(&id, &[c])? {
+                    0 => {}
+                    1 => cells.push((child_slot(c), Cell::Leaf(self.take()?))),
+                    _ => {
+                        for g in 0..16u8 {
+                            match self.count(&id, &[c, g])? {
+                                0 => {}
+                                1 => cells.push((grand_slot(c, g), Cell::Leaf(self.take()?))),
+                                _ => {
+                                    let child = self.page(id.child(c, g))?;
+                                    cells.push((
+                                        grand_slot(c, g),
+                                        Cell::Page {
+                                            hash: child.hash(),
+                                            version: self.version,
+                                        },
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Child leaves (slots 1-16) come before every grandchild (17 and up) in a page's slot order.
+        cells.sort_unstable_by_key(|(slot, _)| *slot);
+        let page = Page::build(id, self.version, None, cells)
+            .map_err(|w| Error::InvalidBulkLoad(format!("page {id:?}: {w}")))?;
+        self.emit(&page)?;
+        Ok(page)
+    }
+
+    fn emit(&mut self, page: &Page) -> Result<()> {
+        let record = page::encode_base(self.version, 0, page.cells());
+        let depth = page.id.depth;
+        let run = match self.runs.entry(depth) {
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                let path = self.dir.join(format!("bulk-{depth:02}.run"));
+                let file = fsutil::create_new(self.fs, &path)?;
+                v.insert(Run {
+                    path,
+                    file: AppendFile { file, end: 0 },
+                    buf: Vec::with_capacity(RUN_BUFFER),
+                    pages: 0,
+                })
+            }
+        };
+        run.buf.extend_from_slice(&page.id.prefix);
+        run.buf
+            .extend_from_slice(&(record.len() as u32).to_le_bytes());
+        run.buf.extend_from_slice(&record);
+        run.pages += 1;
+        if run.buf.len() >= RUN_BUFFER {
+            run.file
+                .append(&run.buf)
+                .map_err(|e| Error::io(&run.path, e))?;
+            run.buf.clear();
+        }
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Creates a store in `dir` (which must not exist or be empty) holding trie `tid` at `version`: the pairs
+    /// `next` returns, which must be in strictly increasing key-path order (`KeyPath::of(key)`, the order of an
+    /// export), and, if given, the history base `history` of that trie (see [`Store::set_history_base`]). The
+    /// store is then opened as [`Store::open`] would, and its root is what a commit of the same pairs gives.
+    ///
+    /// Memory does not grow with the number of pairs beyond 58 bytes per page of the one index file written (see
+    /// the module documentation). At least one pair is needed. On an error `dir` holds an unfinished store:
+    /// delete it.
+    pub fn bulk_load(
+        dir: impl AsRef<Path>,
+        opts: Options,
+        tid: TrieId,
+        version: Version,
+        history: Option<Frontier>,
+        mut next: impl FnMut() -> Result<Option<(Vec<u8>, Vec<u8>)>>,
+    ) -> Result<Store> {
+        let dir = dir.as_ref().to_path_buf();
+        let fs = opts.storage.clone();
+        if fs.kind(&dir).map_err(|e| Error::io(&dir, e))?.is_some()
+            && !fsutil::list(&*fs, &dir)?.is_empty()
+        {
+            return Err(Error::InvalidBulkLoad(format!(
+                "{} is not empty",
+                dir.display()
+            )));
+        }
+        fsutil::ensure_dir(&*fs, &dir)?;
+        let lock = lock_dir(&*fs, &dir, LOCK_FILE)?;
+        if let Some((size, peaks)) = history {
+            HistoryTree::from_frontier(size, peaks.clone())
+                .map_err(|e| Error::InvalidHistoryBase(e.to_string()))?;
+            history_base::write(&*fs, &dir, &BTreeMap::from([(tid, (size, peaks))]))?;
+        }
+        let counters = Arc::new(Counters::default());
+        let mut vdls = Vdls::open(
+            &fs,
+            &dir.join("vdls"),
+            VdlsOptions {
+                file_bytes: opts.vdls_file_bytes,
+                sync: opts.sync,
+            },
+            counters.clone(),
+            Position::START,
+            |_, _| Ok(()),
+        )?;
+        let lsvps_dir = dir.join("lsvps");
+        fsutil::ensure_dir(&*fs, &lsvps_dir)?;
+
+        // Pairs become leaves as the builder asks for them: their Put records are appended in the same order.
+        let mut last: Option<KeyPath> = None;
+        let mut pairs = 0u64;
+        let mut source = || -> Result<Option<Leaf>> {
+            let Some((key, value)) = next()? else {
+                return Ok(None);
+            };
+            if key.len() > opts.max_key_bytes || value.len() > opts.max_value_bytes {
+                let (what, size, limit) = if key.len() > opts.max_key_bytes {
+                    ("key", key.len(), opts.max_key_bytes)
+                } else {
+                    ("value", value.len(), opts.max_value_bytes)
+                };
+                return Err(Error::TooLarge { what, size, limit });
+            }
+            let path = KeyPath::of(&key);
+            if last.is_some_and(|l| l >= path) {
+                return Err(Error::InvalidBulkLoad(format!(
+                    "pair {pairs} is not after the one before it in key-path order"
+                )));
+            }
+            last = Some(path);
+            pairs += 1;
+            let vh = value_hash(&value);
+            let loc = vdls.append(&Record::Put {
+                version,
+                tid,
+                key,
+                value,
+                prev: None,
+            })?;
+            if vdls.buffered_bytes() >= SPILL_BYTES {
+                vdls.spill()?;
+            }
+            Ok(Some(Leaf::new(path, vh, version, loc)))
+        };
+        let mut b = Builder {
+            fs: &*fs,
+            dir: lsvps_dir.clone(),
+            version,
+            runs: BTreeMap::new(),
+            ahead: std::collections::VecDeque::new(),
+            next: &mut source,
+            done: false,
+        };
+        let root = b.page(PageId::ROOT)?;
+        if b.peek(0)?.is_some() {
+            return Err(Error::InvalidBulkLoad(
+                "a pair was left after the trie was built".into(),
+            ));
+        }
+        let mut runs = std::mem::take(&mut b.runs);
+        drop(b);
+        if pairs == 0 {
+            return Err(Error::InvalidBulkLoad("no pairs to load".into()));
+        }
+        for run in runs.values_mut() {
+            run.file
+                .append(&run.buf)
+                .map_err(|e| Error::io(&run.path, e))?;
+            run.buf = Vec::new();
+        }
+
+        // The value log's group is committed with the root the commit record names.
+        let mut payload = Vec::with_capacity(40);
+        payload.extend_from_slice(&1u32.to_le_bytes());
+        payload.extend_from_slice(&tid.to_le_bytes());
+        payload.extend_from_slice(&root.hash().0);
+        let end = vdls.commit(version, &payload)?;
+        drop(vdls);
+
+        // The first index file: the runs in depth order, each in prefix order, is the order of page keys.
+        let tmp = lsvps_dir.join("000001.idx.tmp");
+        let fin = lsvps_dir.join("000001.idx");
+        let mut w = IndexFileWriter::create(&fs, &tmp, counters.clone())?;
+        let mut records = 0u64;
+        for (&depth, run) in &runs {
+            let f = fsutil::open_read(&*fs, &run.path)?;
+            let seq = SeqReader::new(&*f).map_err(|e| Error::io(&run.path, e))?;
+            let mut r = BufReader::with_capacity(RUN_BUFFER, seq);
+            let mut head = [0u8; 36];
+            let mut record = Vec::new();
+            for _ in 0..run.pages {
+                r.read_exact(&mut head)
+                    .map_err(|e| Error::io(&run.path, e))?;
+                let mut prefix = [0u8; 32];
+                prefix.copy_from_slice(&head[..32]);
+                let len = fsutil::u32_at(&head, 32).unwrap_or(0) as usize;
+                record.resize(len, 0);
+                r.read_exact(&mut record)
+                    .map_err(|e| Error::io(&run.path, e))?;
+                let key = PageKey::new(tid, PageId { depth, prefix }, version, PageKind::Base);
+                w.add(&key, &record)?;
+                records += 1;
+            }
+            if !r
+                .fill_buf()
+                .map_err(|e| Error::io(&run.path, e))?
+                .is_empty()
+            {
+                return Err(Error::InvalidBulkLoad(format!(
+                    "{} holds more than its pages",
+                    run.path.display()
+                )));
+            }
+        }
+        w.finish(&FileMeta {
+            min_version: version,
+            max_version: version,
+            replay_from: (end.file_id, end.offset),
+            records,
+        })?;
+        fsutil::rename(&*fs, &tmp, &fin)?;
+        for run in runs.values() {
+            fsutil::remove_file(&*fs, &run.path)?;
+        }
+        sync_dir(&*fs, &lsvps_dir)?;
+
+        // What a flush makes durable before its index file counts: the root of `version` and the tombstone
+        // log's marker of it (no key is deleted).
+        let (mut roots_log, _) = RootsLog::open(&*fs, &dir, None)?;
+        roots_log.push(&RootEntry {
+            version,
+            tid,
+            root: root.hash(),
+            page_version: version,
+        });
+        let (roots, _) = roots_log.handle_to_sync()?;
+        roots
+            .sync_data()
+            .map_err(|e| Error::io(dir.join("roots.log"), e))?;
+        drop(roots_log);
+        drop(TombstoneLog::create(
+            &*fs,
+            &dir,
+            Some(version),
+            &Tombstones::new(),
+        )?);
+        drop(lock);
+
+        let store = Store::open(&dir, opts)?;
+        let digest = store.digest(tid, version)?;
+        if store.replayed().versions != 0 || digest.root != root.hash() {
+            return Err(Error::InvalidBulkLoad(format!(
+                "the loaded store opens with root {} (expected {}) after replaying {} versions",
+                digest.root,
+                root.hash(),
+                store.replayed().versions
+            )));
+        }
+        Ok(store)
+    }
+}
