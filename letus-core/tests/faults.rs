@@ -252,3 +252,68 @@ fn thousands_of_fault_schedules_lose_nothing_acknowledged() {
         );
     }
 }
+
+/// A bulk load on a failing disk: every fault is an error from `bulk_load` (never a panic or a wrong store), and a
+/// load that returns `Ok` holds exactly the pairs it was given.
+#[test]
+fn a_bulk_load_under_faults_fails_cleanly_or_loads_everything() {
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..3_000u64)
+        .map(|i| (key(i), format!("value-{i}").into_bytes()))
+        .collect();
+    pairs.sort_by_key(|(k, _)| letus_verify::KeyPath::of(k));
+    let feed = |p: &[(Vec<u8>, Vec<u8>)]| {
+        let mut it = p.to_vec().into_iter();
+        move || Ok(it.next())
+    };
+    let root = {
+        let d = tempfile::tempdir().unwrap();
+        let s =
+            Store::bulk_load(d.path().join("s"), opts(local()), 0, 9, None, feed(&pairs)).unwrap();
+        s.digest(0, 9).unwrap().root
+    };
+    let calib = {
+        let d = tempfile::tempdir().unwrap();
+        let fs = Faulty::new(local(), 0);
+        drop(
+            Store::bulk_load(
+                d.path().join("s"),
+                opts(fs.shared()),
+                0,
+                9,
+                None,
+                feed(&pairs),
+            )
+            .unwrap(),
+        );
+        fs.counts()
+    };
+    let (mut failed, mut loaded) = (0, 0);
+    for n in 0..300u64 {
+        let fault = Fault::ALL[(n % Fault::ALL.len() as u64) as usize];
+        let d = tempfile::tempdir().unwrap();
+        let fs = Faulty::new(local(), n);
+        fs.arm(fault, (n * 7919) % calib.of(fault).max(1));
+        match Store::bulk_load(
+            d.path().join("s"),
+            opts(fs.shared()),
+            0,
+            9,
+            None,
+            feed(&pairs),
+        ) {
+            Ok(s) => {
+                loaded += 1;
+                assert_eq!(s.digest(0, 9).unwrap().root, root, "schedule {n}");
+                for (k, v) in pairs.iter().step_by(97) {
+                    assert_eq!(s.get(0, 9, k).unwrap().as_ref(), Some(v), "schedule {n}");
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                check_error(&e, n);
+            }
+        }
+    }
+    println!("bulk loads under faults: {failed} failed cleanly, {loaded} loaded everything");
+    assert!(failed >= 150, "{failed}");
+}
