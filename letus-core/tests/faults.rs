@@ -262,7 +262,7 @@ fn a_bulk_load_under_faults_fails_cleanly_or_loads_everything() {
         .collect();
     pairs.sort_by_key(|(k, _)| letus_verify::KeyPath::of(k));
     let feed = |p: &[(Vec<u8>, Vec<u8>)]| {
-        let mut it = p.to_vec().into_iter();
+        let mut it = p.iter().cloned();
         move || Ok(it.next())
     };
     let root = {
