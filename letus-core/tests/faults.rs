@@ -253,18 +253,21 @@ fn thousands_of_fault_schedules_lose_nothing_acknowledged() {
     }
 }
 
+type Pair = (Vec<u8>, Vec<u8>);
+
+fn feed(p: &[Pair]) -> impl FnMut() -> letus_core::Result<Option<Pair>> + '_ {
+    let mut it = p.iter().cloned();
+    move || Ok(it.next())
+}
+
 /// A bulk load on a failing disk: every fault is an error from `bulk_load` (never a panic or a wrong store), and a
 /// load that returns `Ok` holds exactly the pairs it was given.
 #[test]
 fn a_bulk_load_under_faults_fails_cleanly_or_loads_everything() {
-    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..3_000u64)
+    let mut pairs: Vec<Pair> = (0..3_000u64)
         .map(|i| (key(i), format!("value-{i}").into_bytes()))
         .collect();
     pairs.sort_by_key(|(k, _)| letus_verify::KeyPath::of(k));
-    let feed = |p: &[(Vec<u8>, Vec<u8>)]| {
-        let mut it = p.iter().cloned();
-        move || Ok(it.next())
-    };
     let root = {
         let d = tempfile::tempdir().unwrap();
         let s =
