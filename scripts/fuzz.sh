@@ -25,6 +25,20 @@ if [ "${FUZZ_SANITIZER:-address}" = none ]; then
   run=(run -O -s none)
   export CARGO_TARGET_DIR="$(pwd)/target/fuzz-stable"
 fi
+# Seed the engine's and node's targets with real files (the golden fixtures), so that mutations start past the magic
+# numbers and checksums; libFuzzer keeps what it finds in fuzz/corpus/ (not committed).
+fix=letus-core/tests/fixtures/format-v2/store
+mkdir -p fuzz/corpus/index_file fuzz/corpus/value_log fuzz/corpus/small_logs fuzz/corpus/block_segment
+for f in "$fix"/lsvps/*.idx; do cp -n "$f" "fuzz/corpus/index_file/seed-${f##*/}"; done
+for f in "$fix"/vdls/*.vdl; do cp -n "$f" "fuzz/corpus/value_log/seed-${f##*/}"; done
+# small_logs: first byte picks the log (0 roots, 1 tombstones, 2 history base), second the flushed version.
+for which in 0 1 2; do
+  src=("$fix/roots.log" "$fix/tombstones.log" "$fix/history_base")
+  { printf "$(printf '\\x%02x' "$which")\\x30"; cat "${src[$which]}"; } > "fuzz/corpus/small_logs/seed-$which"
+done
+for f in letus-node/tests/fixtures/node-v1/data/blocks/*.seg; do
+  [ -f "$f" ] && cp -n "$f" "fuzz/corpus/block_segment/seed-${f##*/}"
+done
 for dir in "${dirs[@]}"; do
   for t in $(cd "$dir" && "${fuzz[@]}" list); do
     echo "==> $dir: $t ($limit, sanitizer ${FUZZ_SANITIZER:-address})"
