@@ -330,18 +330,13 @@ pub fn import(a: ImportArgs) -> Result<ExitCode, String> {
     std::fs::create_dir_all(&a.data).map_err(|e| format!("{}: {e}", a.data.display()))?;
     // One import at a time into a data directory: the lock is held until the store is renamed into place.
     let lock_path = a.data.join(IMPORT_LOCK);
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| format!("{}: {e}", lock_path.display()))?;
-    if lock.try_lock().is_err() {
-        return Err(format!(
-            "another import into {} is running",
-            a.data.display()
-        ));
-    }
+    let lock = letus_core::fsutil::lock_dir(&letus_core::storage::Local, &a.data, IMPORT_LOCK)
+        .map_err(|e| match e {
+            letus_core::Error::Locked(_) => {
+                format!("another import into {} is running", a.data.display())
+            }
+            e => e.to_string(),
+        })?;
     let tmp = a.data.join(IMPORT_DIR);
     // Nothing of a failed import stays behind (nor the data directory, if the import created it).
     let clean_up = || {
