@@ -13,6 +13,9 @@ use super::{EntryKind, FileRef, LockGuard, OpenMode, Storage, StorageFile};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Local;
 
+/// How long [`Storage::lock`] waits for a lock that is held before it reports `WouldBlock`.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
+
 #[derive(Debug)]
 struct LocalFile(File);
 
@@ -75,11 +78,23 @@ impl Storage for Local {
             .truncate(false)
             .write(true)
             .open(dir.join(name))?;
-        lock.try_lock().map_err(|e| match e {
-            std::fs::TryLockError::WouldBlock => io::Error::from(io::ErrorKind::WouldBlock),
-            std::fs::TryLockError::Error(e) => e,
-        })?;
-        Ok(Box::new(lock))
+        // A lock can be held for an instant by a process that does not own the store: a child forked by another
+        // thread while the previous owner still had the file open keeps a copy of the descriptor until it execs
+        // (seen under load, when a store closed and reopened at once by another process found it locked). Such a
+        // holder goes away within milliseconds; a real owner (a running node) does not, and is reported.
+        let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => return Ok(Box::new(lock)),
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(io::Error::from(io::ErrorKind::WouldBlock))
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            }
+        }
     }
     fn kind(&self, path: &Path) -> io::Result<Option<EntryKind>> {
         match std::fs::metadata(path) {
