@@ -95,6 +95,32 @@ pub fn ensure_dir(fs: &dyn Storage, dir: &Path) -> Result<()> {
     }
 }
 
+/// Writes `bytes` as the whole of file `name` in `dir` so that a crash leaves either the old file (or none) or
+/// the complete new one: under `name.tmp` (a stale one is removed first), fsynced, renamed over `name`, and the
+/// directory fsynced. Returns the open file, positioned for appends after `bytes`.
+pub fn write_whole_file(
+    fs: &dyn Storage,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<AppendFile> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    if is_file(fs, &tmp)? {
+        remove_file(fs, &tmp)?;
+    }
+    let file = create_new(fs, &tmp)?;
+    file.write_all_at(bytes, 0)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Error::io(&tmp, e))?;
+    rename(fs, &tmp, &path)?;
+    sync_dir(fs, dir)?;
+    Ok(AppendFile {
+        file,
+        end: bytes.len() as u64,
+    })
+}
+
 /// A file written only at its end (the engine's small logs): the handle and the length written so far.
 #[derive(Debug)]
 pub struct AppendFile {

@@ -17,9 +17,7 @@ use std::path::Path;
 use letus_verify::{Hash, TrieId};
 
 use crate::error::{Error, Result};
-use crate::fsutil::{
-    self, check_log_header, crc, create_new, log_header, sync_dir, u32_at, u64_at, LOG_HEADER_LEN,
-};
+use crate::fsutil::{self, check_log_header, crc, log_header, u32_at, u64_at, LOG_HEADER_LEN};
 use crate::storage::Storage;
 
 const MAGIC: &[u8; 8] = b"LETUSHBS";
@@ -70,8 +68,6 @@ pub fn read(fs: &dyn Storage, dir: &Path) -> Result<BTreeMap<TrieId, Frontier>> 
 
 /// Writes the base (see the module's crash argument).
 pub fn write(fs: &dyn Storage, dir: &Path, base: &BTreeMap<TrieId, Frontier>) -> Result<()> {
-    let path = dir.join(FILE_NAME);
-    let tmp = dir.join(format!("{FILE_NAME}.tmp"));
     let mut b = log_header(MAGIC, FORMAT).to_vec();
     for (tid, (size, peaks)) in base {
         let start = b.len();
@@ -86,13 +82,5 @@ pub fn write(fs: &dyn Storage, dir: &Path, base: &BTreeMap<TrieId, Frontier>) ->
         let c = crc(&b[start..]);
         b.extend_from_slice(&c.to_le_bytes());
     }
-    if fsutil::is_file(fs, &tmp)? {
-        fsutil::remove_file(fs, &tmp)?;
-    }
-    let f = create_new(fs, &tmp)?;
-    f.write_all_at(&b, 0)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| Error::io(&tmp, e))?;
-    fsutil::rename(fs, &tmp, &path)?;
-    sync_dir(fs, dir)
+    fsutil::write_whole_file(fs, dir, FILE_NAME, &b).map(drop)
 }

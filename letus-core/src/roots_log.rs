@@ -17,8 +17,7 @@ use letus_verify::{Hash, TrieId, Version};
 
 use crate::error::{Error, Result};
 use crate::fsutil::{
-    self, check_log_header, crc, create_new, log_header, open_rw, sync_dir, u32_at, u64_at,
-    AppendFile, LOG_HEADER_LEN,
+    self, check_log_header, crc, log_header, open_rw, u32_at, u64_at, AppendFile, LOG_HEADER_LEN,
 };
 use crate::storage::{FileRef, Storage};
 
@@ -57,18 +56,9 @@ impl RootsLog {
     ) -> Result<(RootsLog, Vec<RootEntry>)> {
         let path = dir.join("roots.log");
         if !fsutil::is_file(fs, &path)? {
-            // Created under a temporary name and renamed once its header is durable: a crash or a failed write
-            // during creation leaves no `roots.log` with a cut header (which would be corruption at every open).
-            let tmp = dir.join("roots.log.tmp");
-            if fsutil::is_file(fs, &tmp)? {
-                fsutil::remove_file(fs, &tmp)?;
-            }
-            let f = create_new(fs, &tmp)?;
-            f.write_all_at(&log_header(MAGIC, FORMAT), 0)
-                .and_then(|()| f.sync_all())
-                .map_err(|e| Error::io(&tmp, e))?;
-            fsutil::rename(fs, &tmp, &path)?;
-            sync_dir(fs, dir)?;
+            // Created whole under a temporary name: a crash or a failed write during creation never leaves a
+            // `roots.log` with a cut header (which would be corruption at every open).
+            fsutil::write_whole_file(fs, dir, "roots.log", &log_header(MAGIC, FORMAT))?;
         }
         let file = open_rw(fs, &path)?;
         let bytes = fs.read(&path).map_err(|e| Error::io(&path, e))?;

@@ -25,8 +25,7 @@ use letus_verify::{KeyPath, TrieId, Version};
 
 use crate::error::{Error, Result};
 use crate::fsutil::{
-    self, check_log_header, crc, create_new, log_header, open_rw, sync_dir, u32_at, u64_at,
-    AppendFile, LOG_HEADER_LEN,
+    self, check_log_header, crc, log_header, open_rw, u32_at, u64_at, AppendFile, LOG_HEADER_LEN,
 };
 use crate::storage::{FileRef, Storage};
 use crate::vdls::Location;
@@ -142,35 +141,21 @@ impl TombstoneLog {
         flushed: Option<Version>,
         table: &Tombstones,
     ) -> Result<TombstoneLog> {
-        let path = dir.join(FILE_NAME);
-        let tmp = dir.join(format!("{FILE_NAME}.tmp"));
-        if fsutil::is_file(fs, &tmp)? {
-            fsutil::remove_file(fs, &tmp)?;
-        }
-        let file = create_new(fs, &tmp)?;
-        let mut log = TombstoneLog {
-            path: tmp.clone(),
-            file: AppendFile { file, end: 0 },
-            buf: Vec::with_capacity(HEADER_LEN as usize + table.len() * ENTRY_LEN),
-        };
-        log.buf.extend_from_slice(&log_header(MAGIC, FORMAT));
+        let mut b = Vec::with_capacity(HEADER_LEN as usize + (table.len() + 1) * ENTRY_LEN);
+        b.extend_from_slice(&log_header(MAGIC, FORMAT));
         let v = flushed.unwrap_or(0);
         for ((tid, p), loc) in table {
-            log.set(v, *tid, p, *loc);
+            push(&mut b, v, *tid, SET, p, *loc);
         }
-        match flushed {
-            Some(v) => {
-                log.sync_flushed(v)?;
-            }
-            None => {
-                log.write()?;
-                log.file.file.sync_all().map_err(|e| Error::io(&tmp, e))?;
-            }
+        if let Some(v) = flushed {
+            push(&mut b, v, 0, FLUSHED, &KeyPath([0; 32]), NO_LOCATION);
         }
-        fsutil::rename(fs, &tmp, &path)?;
-        sync_dir(fs, dir)?;
-        log.path = path;
-        Ok(log)
+        let file = fsutil::write_whole_file(fs, dir, FILE_NAME, &b)?;
+        Ok(TombstoneLog {
+            path: dir.join(FILE_NAME),
+            file,
+            buf: Vec::new(),
+        })
     }
 
     fn cut(&mut self, end: u64) -> Result<()> {
@@ -199,20 +184,8 @@ impl TombstoneLog {
         Ok(n)
     }
 
-    /// Appends the marker of flushed version `version` and fsyncs: called before an index file whose newest
-    /// version is `version` is written. Returns the bytes written.
-    pub fn sync_flushed(&mut self, version: Version) -> Result<u64> {
-        self.push(version, 0, FLUSHED, &KeyPath([0; 32]), NO_LOCATION);
-        let n = self.write()?;
-        self.file
-            .file
-            .sync_data()
-            .map_err(|e| Error::io(&self.path, e))?;
-        Ok(n)
-    }
-
     /// Appends the marker of flushed version `version` (no fsync) and returns a second handle of the file, which
-    /// the flush fsyncs before its index file is written ([`TombstoneLog::sync_flushed`] off the commit path);
+    /// the flush fsyncs before its index file is written (off the commit path);
     /// also the bytes written.
     pub fn mark_flushed(&mut self, version: Version) -> Result<(FileRef, u64)> {
         self.push(version, 0, FLUSHED, &KeyPath([0; 32]), NO_LOCATION);
@@ -226,17 +199,22 @@ impl TombstoneLog {
     }
 
     fn push(&mut self, version: Version, tid: TrieId, kind: u8, path: &KeyPath, loc: Location) {
-        let start = self.buf.len();
-        self.buf.extend_from_slice(&version.to_le_bytes());
-        self.buf.extend_from_slice(&tid.to_le_bytes());
-        self.buf.push(kind);
-        self.buf.extend_from_slice(&path.0);
-        self.buf.extend_from_slice(&loc.file_id.to_le_bytes());
-        self.buf.extend_from_slice(&loc.offset.to_le_bytes());
-        self.buf.extend_from_slice(&loc.len.to_le_bytes());
-        let c = crc(&self.buf[start..]);
-        self.buf.extend_from_slice(&c.to_le_bytes());
+        push(&mut self.buf, version, tid, kind, path, loc);
     }
+}
+
+/// Encodes one entry onto `out`.
+fn push(out: &mut Vec<u8>, version: Version, tid: TrieId, kind: u8, path: &KeyPath, loc: Location) {
+    let start = out.len();
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&tid.to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(&path.0);
+    out.extend_from_slice(&loc.file_id.to_le_bytes());
+    out.extend_from_slice(&loc.offset.to_le_bytes());
+    out.extend_from_slice(&loc.len.to_le_bytes());
+    let c = crc(&out[start..]);
+    out.extend_from_slice(&c.to_le_bytes());
 }
 
 const NO_LOCATION: Location = Location {
@@ -302,7 +280,7 @@ mod tests {
             log.set(1, 0, &a, loc(100));
             log.set(2, 0, &b, loc(200));
             log.clear(3, 0, &a);
-            log.sync_flushed(3).unwrap();
+            log.mark_flushed(3).unwrap().0.sync_data().unwrap();
             log.set(4, 0, &a, loc(400));
             log.write().unwrap();
         }
@@ -326,7 +304,7 @@ mod tests {
                 .unwrap()
                 .unwrap();
             log.set(1, 0, &KeyPath::of(b"a"), loc(100));
-            log.sync_flushed(1).unwrap();
+            log.mark_flushed(1).unwrap().0.sync_data().unwrap();
         }
         assert!(matches!(
             TombstoneLog::open(&crate::storage::Local, dir.path(), Some(2)),
