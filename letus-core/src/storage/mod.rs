@@ -15,6 +15,9 @@
 pub mod faulty;
 mod local;
 mod memory;
+#[cfg(feature = "s3")]
+pub mod s3;
+pub mod tiered;
 
 use std::ffi::OsString;
 use std::fmt;

@@ -1,0 +1,349 @@
+//! The cold tier: an object store ([`ColdStore`]) holding whole sealed files as immutable objects, read back by
+//! ranged GETs behind a bounded block cache, with a numbered manifest object that fences a second writer.
+//!
+//! Object names under the configured prefix `P`:
+//!
+//! ```text
+//! P/manifest/NNNNNNNNNNNNNNNNNNNN   one per change of the cold set, written create-if-absent (the fence)
+//! P/data/<epoch>/<relative path>     a file moved to the cold tier by the writer of that epoch
+//! ```
+//!
+//! Fencing (as SlateDB does it): a writer that opens the store reads the highest manifest number `N` and claims
+//! epoch `N + 1` by creating manifest `N + 1`; every later change of its cold set creates the next number. A
+//! create that finds the name taken means another writer claimed the prefix since: this one is fenced, stops
+//! uploading and deleting, and reports it. Objects carry the epoch of their writer in their names, so two writers
+//! never overwrite each other's data; the local manifest, not the bucket, says which objects a store uses.
+
+use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use quick_cache::sync::Cache;
+use quick_cache::Weighter;
+
+use crate::storage::FileRef;
+
+/// An object store as the cold tier uses it. Implementations: [`crate::storage::s3::S3`] (feature `s3`).
+///
+/// Every method blocks until the request is done; errors are `io::Error`s (a store that cannot be reached is
+/// [`ColdUnavailable`]).
+pub trait ColdStore: Send + Sync + fmt::Debug {
+    /// Uploads the first `len` bytes of `src` as object `key`, replacing one of that name.
+    fn upload(&self, key: &str, src: FileRef, len: u64) -> io::Result<()>;
+    /// Bytes `start..end` of object `key`.
+    fn get_range(&self, key: &str, start: u64, end: u64) -> io::Result<Vec<u8>>;
+    /// The whole object `key`, `None` if there is none.
+    fn get(&self, key: &str) -> io::Result<Option<Vec<u8>>>;
+    /// Creates object `key` if no object has that name: `false` if one has (a conditional put).
+    fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> io::Result<bool>;
+    /// Deletes object `key` (no error if there is none).
+    fn delete(&self, key: &str) -> io::Result<()>;
+    /// The keys of every object whose name starts with `prefix/`.
+    fn list(&self, prefix: &str) -> io::Result<Vec<String>>;
+    /// Where the store is (endpoint and bucket), for status reports: never a credential.
+    fn describe(&self) -> String;
+}
+
+/// The error inside an `io::Error` when the cold tier cannot serve a request (unreachable, timed out, refused):
+/// the node answers `503 tier_unavailable` for it, distinct from a corrupt or missing file.
+#[derive(Debug)]
+pub struct ColdUnavailable(pub String);
+
+impl fmt::Display for ColdUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the cold tier is unavailable: {}", self.0)
+    }
+}
+
+impl std::error::Error for ColdUnavailable {}
+
+impl ColdUnavailable {
+    /// An `io::Error` carrying a `ColdUnavailable`.
+    pub fn io(why: impl Into<String>) -> io::Error {
+        io::Error::other(ColdUnavailable(why.into()))
+    }
+}
+
+/// Whether `e` (or the error it wraps) is a [`ColdUnavailable`].
+pub fn is_cold_unavailable(e: &io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.downcast_ref::<ColdUnavailable>().is_some())
+}
+
+/// The error when this writer was fenced by another on the same prefix.
+pub(crate) fn fenced() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        "fenced: another writer claimed this object-store prefix; this store no longer writes to it",
+    )
+}
+
+/// Requests sent to the object store, by kind, and the block cache's use.
+#[derive(Debug, Default)]
+pub struct ColdCounters {
+    /// Ranged GETs (block reads and verification reads).
+    pub gets: AtomicU64,
+    /// Bytes received by GETs.
+    pub get_bytes: AtomicU64,
+    /// Uploads (whole files) and manifest puts.
+    pub puts: AtomicU64,
+    /// Bytes uploaded.
+    pub put_bytes: AtomicU64,
+    /// Deletes.
+    pub deletes: AtomicU64,
+    /// Lists.
+    pub lists: AtomicU64,
+    /// Failed requests.
+    pub errors: AtomicU64,
+    /// Block reads served by the cache.
+    pub cache_hits: AtomicU64,
+    /// Block reads that went to the store.
+    pub cache_misses: AtomicU64,
+}
+
+impl ColdCounters {
+    /// Every request sent so far.
+    pub fn requests(&self) -> u64 {
+        self.gets.load(Ordering::Relaxed)
+            + self.puts.load(Ordering::Relaxed)
+            + self.deletes.load(Ordering::Relaxed)
+            + self.lists.load(Ordering::Relaxed)
+    }
+}
+
+type BlockKey = (u64, u64);
+
+#[derive(Clone, Copy, Debug, Default)]
+struct BlockWeighter;
+
+impl Weighter<BlockKey, Arc<[u8]>> for BlockWeighter {
+    fn weight(&self, _: &BlockKey, b: &Arc<[u8]>) -> u64 {
+        // Never zero (zero-weight entries are never evicted); the key and the Arc's header count too.
+        b.len() as u64 + 48
+    }
+}
+
+/// The cold tier of one store: the object store, this writer's epoch and fence, the block cache.
+pub(crate) struct ColdTier {
+    pub store: Arc<dyn ColdStore>,
+    pub prefix: String,
+    /// The next manifest number this writer creates; its epoch is the first one it created.
+    next_manifest: Mutex<u64>,
+    pub epoch: u64,
+    fenced: AtomicBool,
+    cache: Cache<BlockKey, Arc<[u8]>, BlockWeighter>,
+    pub block_bytes: u64,
+    pub counters: Arc<ColdCounters>,
+}
+
+impl fmt::Debug for ColdTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ColdTier")
+            .field("store", &self.store.describe())
+            .field("prefix", &self.prefix)
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+fn manifest_key(prefix: &str, n: u64) -> String {
+    format!("{prefix}/manifest/{n:020}")
+}
+
+impl ColdTier {
+    /// Claims the prefix: the next manifest number becomes this writer's epoch. `body` is what the claiming
+    /// manifest object holds (the store's cold set).
+    pub fn claim(
+        store: Arc<dyn ColdStore>,
+        prefix: String,
+        cache_bytes: u64,
+        block_bytes: u64,
+        body: impl Fn(u64) -> Vec<u8>,
+    ) -> io::Result<ColdTier> {
+        let counters = Arc::new(ColdCounters::default());
+        let mut n = latest_manifest(&*store, &prefix, &counters)? + 1;
+        loop {
+            counters.puts.fetch_add(1, Ordering::Relaxed);
+            if store.put_if_absent(&manifest_key(&prefix, n), body(n))? {
+                break;
+            }
+            // Another writer claimed `n` at the same moment: the later claim wins, so try the next number.
+            n += 1;
+        }
+        let est = usize::try_from(cache_bytes / block_bytes.max(1)).unwrap_or(usize::MAX);
+        Ok(ColdTier {
+            store,
+            prefix,
+            next_manifest: Mutex::new(n + 1),
+            epoch: n,
+            fenced: AtomicBool::new(false),
+            cache: Cache::with_weighter(est.clamp(16, 1 << 20), cache_bytes.max(1), BlockWeighter),
+            block_bytes: block_bytes.max(4096),
+            counters,
+        })
+    }
+
+    /// Whether another writer has claimed the prefix since this one did.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::Relaxed)
+    }
+
+    /// Records a change of the cold set as the next manifest object; fails (and fences this writer for good) if
+    /// another writer created that number first. Called before the local manifest switches, so a writer that was
+    /// fenced never makes a change another writer could not see.
+    pub fn record_change(&self, body: impl FnOnce(u64) -> Vec<u8>) -> io::Result<()> {
+        if self.is_fenced() {
+            return Err(fenced());
+        }
+        let mut next = self.next_manifest.lock().unwrap_or_else(|e| e.into_inner());
+        self.counters.puts.fetch_add(1, Ordering::Relaxed);
+        let created = self
+            .store
+            .put_if_absent(&manifest_key(&self.prefix, *next), body(*next))
+            .inspect_err(|_| {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+            })?;
+        if !created {
+            self.fenced.store(true, Ordering::Relaxed);
+            return Err(fenced());
+        }
+        // Keep the bucket tidy: the manifest two changes back is no longer anybody's latest.
+        if *next >= 2 {
+            self.counters.deletes.fetch_add(1, Ordering::Relaxed);
+            let _ = self.store.delete(&manifest_key(&self.prefix, *next - 2));
+        }
+        *next += 1;
+        Ok(())
+    }
+
+    /// The object key of `rel` written by this writer.
+    pub fn data_key(&self, rel: &str) -> String {
+        format!("{}/data/{}/{rel}", self.prefix, self.epoch)
+    }
+
+    /// The epoch in the name of data object `key`, if it is one of this prefix's.
+    pub fn epoch_of(&self, key: &str) -> Option<u64> {
+        let rest = key.strip_prefix(&self.prefix)?.strip_prefix("/data/")?;
+        rest.split('/').next()?.parse().ok()
+    }
+
+    /// Reads `buf.len()` bytes at `offset` of object `key` (of `size` bytes, cache id `file_id`) through the
+    /// block cache: one ranged GET per block not cached.
+    pub fn read(
+        &self,
+        file_id: u64,
+        key: &str,
+        size: u64,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> io::Result<()> {
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= size)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        let bs = self.block_bytes;
+        let mut at = offset;
+        while at < end {
+            let block = at / bs;
+            let data = self.block(file_id, key, size, block)?;
+            let in_block = usize::try_from(at - block * bs).unwrap_or(usize::MAX);
+            let n = usize::try_from((end - at).min(data.len() as u64 - in_block as u64))
+                .unwrap_or(usize::MAX);
+            let dst = usize::try_from(at - offset).unwrap_or(usize::MAX);
+            buf[dst..dst + n].copy_from_slice(&data[in_block..in_block + n]);
+            at += n as u64;
+        }
+        Ok(())
+    }
+
+    fn block(&self, file_id: u64, key: &str, size: u64, block: u64) -> io::Result<Arc<[u8]>> {
+        if let Some(b) = self.cache.get(&(file_id, block)) {
+            self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(b);
+        }
+        self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+        let start = block * self.block_bytes;
+        let end = (start + self.block_bytes).min(size);
+        let data: Arc<[u8]> = self.get_range(key, start, end)?.into();
+        if data.len() as u64 != end - start {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "object {key} returned {} bytes for range {start}..{end}",
+                    data.len()
+                ),
+            ));
+        }
+        self.cache.insert((file_id, block), data.clone());
+        Ok(data)
+    }
+
+    /// A ranged GET, counted.
+    pub fn get_range(&self, key: &str, start: u64, end: u64) -> io::Result<Vec<u8>> {
+        self.counters.gets.fetch_add(1, Ordering::Relaxed);
+        match self.store.get_range(key, start, end) {
+            Ok(b) => {
+                self.counters
+                    .get_bytes
+                    .fetch_add(b.len() as u64, Ordering::Relaxed);
+                Ok(b)
+            }
+            Err(e) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Uploads `src` as `key`, counted.
+    pub fn upload(&self, key: &str, src: FileRef, len: u64) -> io::Result<()> {
+        if self.is_fenced() {
+            return Err(fenced());
+        }
+        self.counters.puts.fetch_add(1, Ordering::Relaxed);
+        self.counters.put_bytes.fetch_add(len, Ordering::Relaxed);
+        self.store.upload(key, src, len).inspect_err(|_| {
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    /// Deletes `key`, counted; refused once fenced.
+    pub fn delete(&self, key: &str) -> io::Result<()> {
+        if self.is_fenced() {
+            return Err(fenced());
+        }
+        self.counters.deletes.fetch_add(1, Ordering::Relaxed);
+        self.store.delete(key).inspect_err(|_| {
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    /// Lists the data objects of this prefix, counted.
+    pub fn list_data(&self) -> io::Result<Vec<String>> {
+        self.counters.lists.fetch_add(1, Ordering::Relaxed);
+        self.store.list(&format!("{}/data", self.prefix))
+    }
+
+    /// Drops the cached blocks of `file_id` (the file left the cold tier).
+    pub fn forget(&self, file_id: u64, size: u64) {
+        for b in 0..size.div_ceil(self.block_bytes) {
+            self.cache.remove(&(file_id, b));
+        }
+    }
+
+    /// Bytes held by the block cache.
+    pub fn cached_bytes(&self) -> u64 {
+        self.cache.weight()
+    }
+}
+
+fn latest_manifest(store: &dyn ColdStore, prefix: &str, c: &ColdCounters) -> io::Result<u64> {
+    c.lists.fetch_add(1, Ordering::Relaxed);
+    let keys = store.list(&format!("{prefix}/manifest"))?;
+    Ok(keys
+        .iter()
+        .filter_map(|k| k.rsplit('/').next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0))
+}

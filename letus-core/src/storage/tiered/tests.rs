@@ -1,0 +1,116 @@
+//! The tiered storage without an object store: the warm tier is a second local directory, so the moves, the
+//! handles that follow them and the recovery of an interrupted move run on real files here. The cold tier is
+//! tested against a real S3 server in `tests/tiering.rs`.
+
+use super::*;
+
+fn cfg(root: &Path, warm: &Path) -> TierConfig {
+    TierConfig {
+        warm_dir: Some(warm.to_path_buf()),
+        policy: TierPolicy {
+            warm_after_versions: Some(1),
+            scan_every_versions: 1,
+            ..TierPolicy::default()
+        },
+        ..TierConfig::new(root)
+    }
+}
+
+fn write(t: &Tiered, path: &Path, bytes: &[u8]) -> FileRef {
+    t.create_dir_all(path.parent().unwrap()).unwrap();
+    let f = t.open(path, OpenMode::CreateNew).unwrap();
+    f.write_all_at(bytes, 0).unwrap();
+    f.sync_data().unwrap();
+    f
+}
+
+#[test]
+fn names_say_what_is_tiered() {
+    assert_eq!(kind_of("000001.idx"), Some((Kind::Index, 1)));
+    assert_eq!(kind_of("000012.vdl"), Some((Kind::Numbered, 12)));
+    assert_eq!(kind_of("1000000.seg"), Some((Kind::Numbered, 1_000_000)));
+    for n in [
+        "000001.idx.tmp",
+        "roots.log",
+        "LOCK",
+        ".idx",
+        "a1.idx",
+        "tiers.manifest",
+    ] {
+        assert_eq!(kind_of(n), None, "{n}");
+    }
+}
+
+#[test]
+fn a_moved_file_is_read_through_handles_opened_before_the_move_and_only_the_active_file_stays() {
+    let (root, warm) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let t = Tiered::open(cfg(root.path(), warm.path())).unwrap();
+    let dir = root.path().join("vdls");
+    let a = write(&t, &dir.join("000001.vdl"), b"first file");
+    let b = write(&t, &dir.join("000002.vdl"), b"second, active");
+    t.note_version(1);
+    assert_eq!(
+        t.migrate_now().unwrap(),
+        0,
+        "sealed at 1, not yet 1 version old"
+    );
+    t.note_version(2);
+    assert_eq!(t.migrate_now().unwrap(), 1, "only the sealed file moves");
+    assert!(!dir.join("000001.vdl").exists(), "the hot copy is gone");
+    assert!(warm.path().join("vdls/000001.vdl").exists());
+    let mut buf = [0u8; 4];
+    a.read_exact_at(&mut buf, 6).unwrap();
+    assert_eq!(&buf, b"file");
+    assert_eq!(a.size().unwrap(), 10);
+    assert!(a.write_all_at(b"x", 0).is_err(), "a moved file is sealed");
+    b.write_all_at(b"!", 14).unwrap();
+    let mut names = t.list(&dir).unwrap();
+    names.sort();
+    assert_eq!(
+        names,
+        vec![OsString::from("000001.vdl"), OsString::from("000002.vdl")]
+    );
+    assert_eq!(
+        t.kind(&dir.join("000001.vdl")).unwrap(),
+        Some(EntryKind::File)
+    );
+    // A new handle, after a reopen, reads the warm copy.
+    drop((a, b));
+    drop(t);
+    let t = Tiered::open(cfg(root.path(), warm.path())).unwrap();
+    let f = t.open(&dir.join("000001.vdl"), OpenMode::Read).unwrap();
+    let mut buf = [0u8; 10];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"first file");
+    let st = t.status();
+    assert_eq!((st.tiers[1].files, st.tiers[1].bytes), (1, 10));
+}
+
+#[test]
+fn an_interrupted_move_leaves_each_file_in_the_one_place_the_manifest_names() {
+    let (root, warm) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let t = Tiered::open(cfg(root.path(), warm.path())).unwrap();
+    let dir = root.path().join("lsvps");
+    drop(write(&t, &dir.join("000001.idx"), b"one"));
+    drop(write(&t, &dir.join("000002.idx"), b"two"));
+    t.note_version(1);
+    t.migrate_now().unwrap();
+    t.note_version(2);
+    assert_eq!(t.migrate_now().unwrap(), 2);
+    drop(t);
+    // Crash after the switch, before the delete: the hot copy came back.
+    std::fs::write(dir.join("000001.idx"), b"one").unwrap();
+    // Crash before the switch: a copy (and a temporary) the manifest does not name.
+    std::fs::write(warm.path().join("lsvps/000009.idx"), b"orphan").unwrap();
+    std::fs::write(warm.path().join("lsvps/000009.idx.tmp"), b"orph").unwrap();
+    let t = Tiered::open(cfg(root.path(), warm.path())).unwrap();
+    assert!(!dir.join("000001.idx").exists());
+    assert!(!warm.path().join("lsvps/000009.idx").exists());
+    assert!(!warm.path().join("lsvps/000009.idx.tmp").exists());
+    assert_eq!(t.read(&dir.join("000001.idx")).unwrap(), b"one");
+    assert_eq!(t.read(&dir.join("000002.idx")).unwrap(), b"two");
+    // Removing a warm file removes it there and from the manifest.
+    t.remove_file(&dir.join("000002.idx")).unwrap();
+    assert!(!warm.path().join("lsvps/000002.idx").exists());
+    assert_eq!(t.kind(&dir.join("000002.idx")).unwrap(), None);
+}
