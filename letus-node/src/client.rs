@@ -520,3 +520,64 @@ fn exit(ok: bool) -> ExitCode {
         ExitCode::FAILURE
     }
 }
+
+/// `letus tier status`.
+#[derive(clap::Args)]
+pub struct TierArgs {
+    #[command(subcommand)]
+    what: TierCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum TierCommand {
+    /// Where a store's sealed files are: from a running node (`--url`), or read from a data directory's
+    /// manifest (`--data`, which works while the node runs or is stopped).
+    Status {
+        /// The node.
+        #[arg(long, default_value = "http://127.0.0.1:7878", conflicts_with = "data")]
+        url: String,
+        /// A data directory instead of a node.
+        #[arg(long)]
+        data: Option<std::path::PathBuf>,
+    },
+}
+
+pub fn tier(a: TierArgs) -> Result<ExitCode, String> {
+    let TierCommand::Status { url, data } = a.what;
+    let status: Value = match data {
+        Some(dir) => {
+            let m = letus_core::storage::tiered::Manifest::load(&letus_core::storage::Local, &dir)
+                .map_err(|e| e.to_string())?;
+            let mut tiers = serde_json::Map::new();
+            for t in letus_core::storage::tiered::Tier::ALL {
+                let (files, bytes) = m
+                    .files
+                    .values()
+                    .filter(|f| f.tier == t)
+                    .fold((0u64, 0u64), |(n, b), f| (n + 1, b + f.size));
+                tiers.insert(
+                    t.name().into(),
+                    serde_json::json!({ "files": files, "bytes": bytes }),
+                );
+            }
+            serde_json::json!({ "tiers": tiers, "object_store": { "epoch": m.epoch } })
+        }
+        None => fetch::<Value>(agent().get(format!("{}/v1/tiers", base(&url))).call())
+            .map_err(|e| format!("{}: {}", e.code(), e.message()))?,
+    };
+    let t = &status["tiers"];
+    let mut out = std::io::stdout().lock();
+    for name in ["hot", "warm", "cold"] {
+        let _ = writeln!(
+            out,
+            "{name:>5}: {:>8} files {:>16} bytes",
+            t[name]["files"], t[name]["bytes"]
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{}",
+        serde_json::to_string_pretty(&status).unwrap_or_default()
+    );
+    Ok(ExitCode::SUCCESS)
+}

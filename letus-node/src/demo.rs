@@ -107,6 +107,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
         max_concurrent_reads: None,
         shutdown_timeout_secs: None,
         static_dirs,
+        ..ServeArgs::default()
     };
     let cfg = args.resolve()?;
     let (tx, rx) = mpsc::channel();

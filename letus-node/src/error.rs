@@ -50,6 +50,8 @@ pub enum ApiError {
     TooManyStreams(usize),
     /// A block write failed on an I/O error (the next write reopens the store), or a panic stopped writes until restart.
     Unavailable(String),
+    /// A read needed a file in the cold tier (the object store), which cannot be reached now.
+    TierUnavailable(String),
     /// Anything else (I/O, corruption): logged, reported without details that could leak paths.
     Internal(String),
 }
@@ -76,6 +78,7 @@ impl ApiError {
             ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::TooManyStreams(_) => (StatusCode::SERVICE_UNAVAILABLE, "too_many_streams"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::TierUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "tier_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -112,6 +115,9 @@ impl ApiError {
                 format!("{n} streams are running, the most this node serves at once; retry later")
             }
             ApiError::Unavailable(m) => format!("the store cannot take writes now: {m}"),
+            ApiError::TierUnavailable(m) => format!(
+                "the data asked for is in the cold tier, which cannot be reached now ({m}); retry later"
+            ),
             ApiError::Internal(_) => "internal error (see the node's log)".into(),
         }
     }
@@ -141,6 +147,11 @@ impl From<letus_core::Error> for ApiError {
                 "{what} of {size} bytes is above the limit of {limit}"
             )),
             E::Poisoned => ApiError::Unavailable(e.to_string()),
+            E::Io { ref source, .. }
+                if letus_core::storage::tiered::is_cold_unavailable(source) =>
+            {
+                ApiError::TierUnavailable(source.to_string())
+            }
             other => ApiError::Internal(other.to_string()),
         }
     }

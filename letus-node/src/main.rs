@@ -23,7 +23,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a node over a data directory, serving the HTTP API.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Start a node on a fresh store and feed it a simulated payment chain; prints the URLs to open.
     Demo(demo::DemoArgs),
     /// Full verification for auditors: recompute the root of a version from the stored data.
@@ -38,12 +38,14 @@ enum Command {
     Proof(client::ProofArgs),
     /// Show a node's digests and check them against each other.
     Digest(client::DigestArgs),
+    /// The storage tiers: `letus tier status` shows where the sealed files are and what the mover did.
+    Tier(client::TierArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(a) => serve::run(a),
+        Command::Serve(a) => serve::run(*a),
         Command::Demo(a) => demo::run(a),
         Command::Verify(a) => tools::verify(a),
         Command::Export(a) => tools::export(a),
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
         Command::Get(a) => client::get(a),
         Command::Proof(a) => client::proof(a),
         Command::Digest(a) => client::digest(a),
+        Command::Tier(a) => client::tier(a),
     };
     match result {
         Ok(code) => code,

@@ -189,3 +189,99 @@ impl Metrics {
         String::from_utf8(buf).unwrap_or_default()
     }
 }
+
+/// The tiers' gauges and counters in the Prometheus text format (appended to `/metrics` on a tiered node).
+pub fn render_tiers(t: &letus_core::storage::tiered::TierStatus) -> String {
+    use letus_core::storage::tiered::Tier;
+    let reg = Registry::new();
+    let vec = |name: &str, help: &str, label: &str, values: &[(&str, f64)]| {
+        if let Ok(g) = prometheus::GaugeVec::new(Opts::new(name, help), &[label]) {
+            for (l, v) in values {
+                g.with_label_values(&[l]).set(*v);
+            }
+            let _ = reg.register(Box::new(g));
+        }
+    };
+    let per_tier = |f: &dyn Fn(usize) -> f64| -> Vec<(&str, f64)> {
+        Tier::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name(), f(i)))
+            .collect()
+    };
+    vec(
+        "letus_tier_bytes",
+        "Bytes of sealed files per tier",
+        "tier",
+        &per_tier(&|i| t.tiers[i].bytes as f64),
+    );
+    vec(
+        "letus_tier_files",
+        "Sealed files per tier",
+        "tier",
+        &per_tier(&|i| t.tiers[i].files as f64),
+    );
+    vec(
+        "letus_tier_reads",
+        "File reads served per tier since start",
+        "tier",
+        &per_tier(&|i| t.reads[i] as f64),
+    );
+    vec(
+        "letus_object_store_requests",
+        "Object-store requests since start, by kind",
+        "kind",
+        &[
+            ("get", t.cold_requests[0] as f64),
+            ("put", t.cold_requests[1] as f64),
+            ("delete", t.cold_requests[2] as f64),
+            ("list", t.cold_requests[3] as f64),
+            ("error", t.cold_requests[4] as f64),
+        ],
+    );
+    let gauge = |name: &str, help: &str, v: f64| {
+        if let Ok(g) = Gauge::new(name, help) {
+            g.set(v);
+            let _ = reg.register(Box::new(g));
+        }
+    };
+    gauge(
+        "letus_tier_hot_other_bytes",
+        "Bytes on the hot disk that are not tiered (active files, logs)",
+        t.hot_other_bytes as f64,
+    );
+    gauge(
+        "letus_tier_migration_backlog_files",
+        "Sealed files the policy wants moved that are not moved yet",
+        t.backlog.files as f64,
+    );
+    gauge(
+        "letus_tier_migration_backlog_bytes",
+        "Bytes of the files in the migration backlog",
+        t.backlog.bytes as f64,
+    );
+    gauge(
+        "letus_tier_move_failures",
+        "Moves that failed since start (retried later)",
+        t.move_failures as f64,
+    );
+    let lookups = (t.cold_cache[0] + t.cold_cache[1]).max(1) as f64;
+    gauge(
+        "letus_cold_cache_hit_ratio",
+        "Cold block cache hits / lookups since start",
+        t.cold_cache[0] as f64 / lookups,
+    );
+    gauge(
+        "letus_cold_cache_bytes",
+        "Bytes held by the cold block cache",
+        t.cold_cache[2] as f64,
+    );
+    gauge(
+        "letus_object_store_fenced",
+        "1 when another writer claimed this store's object-store prefix",
+        if t.fenced { 1.0 } else { 0.0 },
+    );
+    let mut buf = Vec::new();
+    let _ = TextEncoder::new().encode(&reg.gather(), &mut buf);
+    String::from_utf8(buf).unwrap_or_default()
+}

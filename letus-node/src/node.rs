@@ -78,6 +78,8 @@ pub struct Node {
     /// append or the commit): writes are refused (`503 unavailable`) until a restart recovers from disk, and the
     /// store is not flushed at shutdown. Reads go on.
     wedged: OnceLock<String>,
+    /// The tiers under the data directory, when the node runs tiered: told of every commit (the mover's clock).
+    tiers: Option<letus_core::storage::tiered::Tiered>,
     /// Test-only: the write stage at which `write_block` panics.
     #[cfg(test)]
     pub(crate) panic_at: Mutex<Option<WriteStage>>,
@@ -174,9 +176,26 @@ impl Node {
             )),
             limits,
             wedged: OnceLock::new(),
+            tiers: None,
             #[cfg(test)]
             panic_at: Mutex::new(None),
         })
+    }
+
+    /// The node with its store's tiers (the `Tiered` storage the store was opened on): every commit is reported
+    /// to the mover, and `/v1/tiers` and `/metrics` report them.
+    pub fn with_tiers(mut self, tiers: letus_core::storage::tiered::Tiered) -> Node {
+        if let Some(v) = self.reader().snapshot().latest_version() {
+            tiers.note_version(v);
+        }
+        tiers.start_mover();
+        self.tiers = Some(tiers);
+        self
+    }
+
+    /// The tiers' status, if the node is tiered.
+    pub fn tier_status(&self) -> Option<letus_core::storage::tiered::TierStatus> {
+        self.tiers.as_ref().map(|t| t.status())
     }
 
     /// The reader of the store as it is now.
@@ -246,7 +265,11 @@ impl Node {
 
     /// Flushes and closes the store (graceful shutdown). A node whose writes were wedged by a panic is closed
     /// without a flush, as after a crash: the next open recovers from what is durable.
-    pub fn close(self) -> Result<(), letus_core::Error> {
+    pub fn close(mut self) -> Result<(), letus_core::Error> {
+        if let Some(t) = self.tiers.take() {
+            // A move in progress finishes first; the next one would run after the store is gone.
+            t.stop_mover();
+        }
         if let Some(why) = self.wedged.get() {
             tracing::warn!(%why, "closing without a flush");
             return Ok(());
@@ -424,10 +447,15 @@ impl Node {
         *stage = WriteStage::Commit;
         self.fail_point(WriteStage::Commit);
         match store.commit(req_version) {
-            Ok(digests) => Ok(DigestsResponse {
-                version: req_version,
-                digests,
-            }),
+            Ok(digests) => {
+                if let Some(t) = &self.tiers {
+                    t.note_version(req_version);
+                }
+                Ok(DigestsResponse {
+                    version: req_version,
+                    digests,
+                })
+            }
             Err(e) => {
                 // A commit refused before anything was written leaves the store usable: its block goes. One that
                 // poisoned the store may already be durable, so its block stays: the next open keeps it if the

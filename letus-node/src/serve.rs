@@ -16,7 +16,7 @@ use letus_node::server::{app, AppState};
 use serde::Deserialize;
 
 /// Options of `letus serve`.
-#[derive(clap::Args, Clone, Debug)]
+#[derive(clap::Args, Clone, Debug, Default)]
 pub struct ServeArgs {
     /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_replay_millis,
     /// max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
@@ -65,6 +65,43 @@ pub struct ServeArgs {
     /// (default 10).
     #[arg(long, env = "LETUS_SHUTDOWN_TIMEOUT_SECS")]
     pub shutdown_timeout_secs: Option<u64>,
+    /// Size at which the value log starts a new file (default 256 MiB); only sealed files move between tiers.
+    #[arg(long, env = "LETUS_VDLS_FILE_BYTES")]
+    pub vdls_file_bytes: Option<u64>,
+    /// Warm tier: a directory (on a cheaper disk) that sealed files move to (see --tier-warm-after-versions).
+    #[arg(long, env = "LETUS_WARM_DIR")]
+    pub warm_dir: Option<PathBuf>,
+    /// Cold tier: the S3 bucket sealed files move to (see --tier-cold-after-versions). Credentials come from
+    /// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or --cold-credentials-file; none means unsigned requests.
+    #[arg(long, env = "LETUS_COLD_BUCKET")]
+    pub cold_bucket: Option<String>,
+    /// The object store's endpoint, e.g. `http://127.0.0.1:8333` (default: AWS S3 of --cold-region).
+    #[arg(long, env = "LETUS_COLD_ENDPOINT")]
+    pub cold_endpoint: Option<String>,
+    /// The object store's region (default us-east-1).
+    #[arg(long, env = "LETUS_COLD_REGION")]
+    pub cold_region: Option<String>,
+    /// Prefix of every object this node writes (one node per prefix; a second one fences the first).
+    #[arg(long, env = "LETUS_COLD_PREFIX")]
+    pub cold_prefix: Option<String>,
+    /// Allow a plain-HTTP endpoint (a local test server).
+    #[arg(long, env = "LETUS_COLD_ALLOW_HTTP")]
+    pub cold_allow_http: bool,
+    /// A file with `access_key_id = ...` and `secret_access_key = ...` lines (never logged).
+    #[arg(long, env = "LETUS_COLD_CREDENTIALS_FILE")]
+    pub cold_credentials_file: Option<PathBuf>,
+    /// Bytes of cold-tier blocks cached in memory (default 64 MiB).
+    #[arg(long, env = "LETUS_COLD_CACHE_BYTES")]
+    pub cold_cache_bytes: Option<u64>,
+    /// Sealed files move hot → warm once sealed this many versions (default 100 when a warm tier is set).
+    #[arg(long, env = "LETUS_TIER_WARM_AFTER_VERSIONS")]
+    pub tier_warm_after_versions: Option<u64>,
+    /// Sealed files move to the cold tier once sealed this many versions (default 1,000 when a cold tier is set).
+    #[arg(long, env = "LETUS_TIER_COLD_AFTER_VERSIONS")]
+    pub tier_cold_after_versions: Option<u64>,
+    /// A file read more than this many times per version stays where it is, whatever its age.
+    #[arg(long, env = "LETUS_TIER_MAX_READS_PER_VERSION")]
+    pub tier_max_reads_per_version: Option<f64>,
     /// Serve a directory of static files under a URL prefix, as `PREFIX=DIR` (repeatable), e.g.
     /// `--static /wallet=examples/wallet --static /js=js`.
     #[arg(long = "static", value_name = "PREFIX=DIR")]
@@ -91,6 +128,18 @@ struct FileConfig {
     max_streams: Option<usize>,
     max_concurrent_reads: Option<usize>,
     shutdown_timeout_secs: Option<u64>,
+    vdls_file_bytes: Option<u64>,
+    warm_dir: Option<PathBuf>,
+    cold_bucket: Option<String>,
+    cold_endpoint: Option<String>,
+    cold_region: Option<String>,
+    cold_prefix: Option<String>,
+    cold_allow_http: Option<bool>,
+    cold_credentials_file: Option<PathBuf>,
+    cold_cache_bytes: Option<u64>,
+    tier_warm_after_versions: Option<u64>,
+    tier_cold_after_versions: Option<u64>,
+    tier_max_reads_per_version: Option<f64>,
 }
 
 /// A number of seconds or streams that must be at least 1: a zero would refuse every request or stream.
@@ -110,6 +159,8 @@ pub struct Config {
     pub limits: NodeLimits,
     pub server: ServerSettings,
     pub options: Options,
+    /// The tiers, when a warm or cold tier is configured.
+    pub tiers: Option<letus_core::storage::tiered::TierConfig>,
 }
 
 impl ServeArgs {
@@ -126,7 +177,7 @@ impl ServeArgs {
         let listen = self
             .listen
             .clone()
-            .or(file.listen)
+            .or(file.listen.clone())
             .unwrap_or_else(|| "127.0.0.1:7878".into());
         let mut limits = NodeLimits::default();
         if let Some(b) = self.max_body_bytes.or(file.max_body_bytes) {
@@ -183,6 +234,12 @@ impl ServeArgs {
         if let Some(c) = self.memory_budget_bytes.or(file.memory_budget_bytes) {
             options.memory_budget_bytes = c;
         }
+        if let Some(b) = positive(
+            "vdls_file_bytes",
+            self.vdls_file_bytes.or(file.vdls_file_bytes),
+        )? {
+            options.vdls_file_bytes = b;
+        }
         if let Some(m) = self.max_replay_millis.or(file.max_replay_millis) {
             options.max_replay_millis = m;
         }
@@ -198,13 +255,16 @@ impl ServeArgs {
             }
             static_dirs.push((prefix.to_string(), PathBuf::from(dir)));
         }
+        let data = self
+            .data
+            .clone()
+            .or(file.data.clone())
+            .unwrap_or_else(|| "letus-data".into());
+        let tiers = self.tiers(&file, &data)?;
         Ok(Config {
             static_dirs,
-            data: self
-                .data
-                .clone()
-                .or(file.data)
-                .unwrap_or_else(|| "letus-data".into()),
+            tiers,
+            data,
             listen: listen
                 .parse()
                 .map_err(|e| format!("listen address `{listen}`: {e}"))?,
@@ -213,6 +273,72 @@ impl ServeArgs {
             server,
             options,
         })
+    }
+}
+
+impl ServeArgs {
+    /// The tier configuration (flags over the file), `None` without a warm or cold tier.
+    fn tiers(
+        &self,
+        file: &FileConfig,
+        data: &Path,
+    ) -> Result<Option<letus_core::storage::tiered::TierConfig>, String> {
+        use letus_core::storage::s3::{S3Config, S3};
+        use letus_core::storage::tiered::{TierConfig, TierPolicy};
+        let warm = self.warm_dir.clone().or(file.warm_dir.clone());
+        let bucket = self.cold_bucket.clone().or(file.cold_bucket.clone());
+        if warm.is_none() && bucket.is_none() {
+            return Ok(None);
+        }
+        let mut t = TierConfig::new(data);
+        t.policy = TierPolicy {
+            warm_after_versions: warm.as_ref().map(|_| {
+                self.tier_warm_after_versions
+                    .or(file.tier_warm_after_versions)
+                    .unwrap_or(100)
+            }),
+            cold_after_versions: bucket.as_ref().map(|_| {
+                self.tier_cold_after_versions
+                    .or(file.tier_cold_after_versions)
+                    .unwrap_or(1_000)
+            }),
+            max_reads_per_version: self
+                .tier_max_reads_per_version
+                .or(file.tier_max_reads_per_version),
+            ..TierPolicy::default()
+        };
+        t.warm_dir = warm;
+        if let Some(c) = self.cold_cache_bytes.or(file.cold_cache_bytes) {
+            t.cold_cache_bytes = c;
+        }
+        if let Some(p) = self.cold_prefix.clone().or(file.cold_prefix.clone()) {
+            if p.is_empty() || p.len() > 512 {
+                return Err("cold_prefix must have 1 to 512 characters".into());
+            }
+            t.cold_prefix = p;
+        }
+        if let Some(bucket) = bucket {
+            let mut c = S3Config {
+                endpoint: self.cold_endpoint.clone().or(file.cold_endpoint.clone()),
+                bucket,
+                region: self.cold_region.clone().or(file.cold_region.clone()),
+                allow_http: self.cold_allow_http || file.cold_allow_http.unwrap_or(false),
+                ..S3Config::default()
+            }
+            .credentials_from_env();
+            if let Some(f) = self
+                .cold_credentials_file
+                .clone()
+                .or(file.cold_credentials_file.clone())
+            {
+                c = c
+                    .credentials_from_file(&f)
+                    .map_err(|e| format!("credentials file {}: {e}", f.display()))?;
+            }
+            let s3 = S3::new(&c).map_err(|e| format!("the object store: {e}"))?;
+            t.cold = Some(std::sync::Arc::new(s3));
+        }
+        Ok(Some(t))
     }
 }
 
@@ -258,13 +384,21 @@ pub fn serve_until(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     let (tok, generated) = token(&cfg.data, cfg.token.clone())?;
-    let node = Node::open(
-        &cfg.data,
-        cfg.options.clone(),
-        tok.clone(),
-        cfg.limits.clone(),
-    )
-    .map_err(|e| e.to_string())?;
+    let mut options = cfg.options.clone();
+    let tiers = match &cfg.tiers {
+        Some(t) => {
+            let tiered = letus_core::storage::tiered::Tiered::open(t.clone())
+                .map_err(|e| format!("opening the tiers: {e}"))?;
+            options.storage = tiered.shared();
+            Some(tiered)
+        }
+        None => None,
+    };
+    let mut node = Node::open(&cfg.data, options, tok.clone(), cfg.limits.clone())
+        .map_err(|e| e.to_string())?;
+    if let Some(t) = tiers {
+        node = node.with_tiers(t);
+    }
     let node = Arc::new(node);
     let state = AppState {
         node: node.clone(),

@@ -65,6 +65,7 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         .route("/v1/tries/{tid}/history", post(history_post))
         .route("/v1/tries/{tid}/proofs", post(multi_proof))
         .route("/v1/tries/{tid}/export", get(export))
+        .route("/v1/tiers", get(tiers))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
 }
@@ -490,10 +491,22 @@ async fn index(State(s): State<AppState>) -> Json<serde_json::Value> {
 
 async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
     let node = s.node.clone();
-    let stats = blocking(move || node.stats()).await?;
-    Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.metrics.render(stats),
-    )
-        .into_response())
+    let (stats, tiers) = blocking(move || Ok((node.stats()?, node.tier_status()))).await?;
+    let mut text = s.metrics.render(stats);
+    if let Some(t) = tiers {
+        text.push_str(&crate::metrics::render_tiers(&t));
+    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+/// `GET /v1/tiers`: where the store's sealed files are, what the mover and the object store did.
+async fn tiers(State(s): State<AppState>) -> Result<Response, ApiError> {
+    let node = s.node.clone();
+    let st = blocking(move || Ok(node.tier_status())).await?;
+    match st {
+        Some(t) => Ok(Json(crate::api::tier_status_json(&t)).into_response()),
+        None => Err(ApiError::BadRequest(
+            "this node is not tiered (start it with --warm-dir or --cold-bucket)".into(),
+        )),
+    }
 }
