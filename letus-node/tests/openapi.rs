@@ -268,6 +268,7 @@ async fn every_documented_status_of_every_route_is_produced() {
         ),
         case("GET", "/v1/digest/frontier?version=2", 200, ""),
         case("GET", "/v1/digest/frontier?version=x", 400, "bad_request"),
+        case("GET", "/v1/tiers", 400, "bad_request"),
         case(
             "GET",
             "/v1/digest/frontier?version=1&tid=9",
@@ -470,6 +471,32 @@ async fn every_documented_status_of_every_route_is_produced() {
         )
         .await,
     );
+
+    // A tiered node (a warm tier only: the object store is tested with a real server in tests/tiering.rs).
+    let tiered_dir = tempfile::tempdir().unwrap();
+    let tiers =
+        letus_core::storage::tiered::Tiered::open(letus_core::storage::tiered::TierConfig {
+            warm_dir: Some(tiered_dir.path().join("warm")),
+            ..letus_core::storage::tiered::TierConfig::new(tiered_dir.path().join("data"))
+        })
+        .unwrap();
+    let node = Node::open(
+        &tiered_dir.path().join("data"),
+        Options {
+            storage: tiers.shared(),
+            ..Options::default()
+        },
+        TOKEN.into(),
+        NodeLimits::default(),
+    )
+    .unwrap()
+    .with_tiers(tiers);
+    let tiered = letus_node::server::app(AppState {
+        node: Arc::new(node),
+        metrics: Arc::new(Metrics::new()),
+        static_dirs: vec![],
+    });
+    produced.extend(run(tiered, vec![case("GET", "/v1/tiers", 200, "")]).await);
 
     for p in &produced {
         assert!(

@@ -99,6 +99,8 @@ impl S3Server {
         let data = self.dir.path().join("data");
         std::fs::create_dir_all(&data).unwrap();
         let child = Command::new(weed_binary())
+            // Its own logs go to its directory, not to /tmp.
+            .arg(format!("-logdir={}", self.dir.path().display()))
             .arg("mini")
             .arg(format!("-dir={}", data.display()))
             .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
