@@ -68,6 +68,19 @@ pub struct ServeArgs {
     /// Size at which the value log starts a new file (default 256 MiB); only sealed files move between tiers.
     #[arg(long, env = "LETUS_VDLS_FILE_BYTES")]
     pub vdls_file_bytes: Option<u64>,
+    /// The storage tiers.
+    #[command(flatten)]
+    pub tiers: TierFlags,
+    /// Serve a directory of static files under a URL prefix, as `PREFIX=DIR` (repeatable), e.g.
+    /// `--static /wallet=examples/wallet --static /js=js`.
+    #[arg(long = "static", value_name = "PREFIX=DIR")]
+    pub static_dirs: Vec<String>,
+}
+
+/// Where a store's sealed files may go (shared by `serve` and the offline tools, which must be given the same
+/// tiers to read a tiered store).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct TierFlags {
     /// Warm tier: a directory (on a cheaper disk) that sealed files move to (see --tier-warm-after-versions).
     #[arg(long, env = "LETUS_WARM_DIR")]
     pub warm_dir: Option<PathBuf>,
@@ -102,10 +115,6 @@ pub struct ServeArgs {
     /// A file read more than this many times per version stays where it is, whatever its age.
     #[arg(long, env = "LETUS_TIER_MAX_READS_PER_VERSION")]
     pub tier_max_reads_per_version: Option<f64>,
-    /// Serve a directory of static files under a URL prefix, as `PREFIX=DIR` (repeatable), e.g.
-    /// `--static /wallet=examples/wallet --static /js=js`.
-    #[arg(long = "static", value_name = "PREFIX=DIR")]
-    pub static_dirs: Vec<String>,
 }
 
 /// A node restarts after a crash in about this long at most (plus opening its files): see
@@ -260,7 +269,7 @@ impl ServeArgs {
             .clone()
             .or(file.data.clone())
             .unwrap_or_else(|| "letus-data".into());
-        let tiers = self.tiers(&file, &data)?;
+        let tiers = self.tiers.resolve(&file, &data)?;
         Ok(Config {
             static_dirs,
             tiers,
@@ -276,9 +285,9 @@ impl ServeArgs {
     }
 }
 
-impl ServeArgs {
+impl TierFlags {
     /// The tier configuration (flags over the file), `None` without a warm or cold tier.
-    fn tiers(
+    fn resolve(
         &self,
         file: &FileConfig,
         data: &Path,
@@ -339,6 +348,17 @@ impl ServeArgs {
             t.cold = Some(std::sync::Arc::new(s3));
         }
         Ok(Some(t))
+    }
+}
+
+impl TierFlags {
+    /// The tiers these flags (with their environment variables) give for data directory `data`; `None` when
+    /// they name no tier.
+    pub fn config(
+        &self,
+        data: &Path,
+    ) -> Result<Option<letus_core::storage::tiered::TierConfig>, String> {
+        self.resolve(&FileConfig::default(), data)
     }
 }
 

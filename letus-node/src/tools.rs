@@ -8,8 +8,9 @@ use letus_core::{Options, Store};
 use letus_verify::export::{ExportReader, ExportSummary};
 use letus_verify::{Hash, Limits};
 
-/// Opens the store of an existing data directory; a directory without one is an error, never created.
-fn open_state(data: &std::path::Path) -> Result<Store, String> {
+/// Opens the store of an existing data directory; a directory without one is an error, never created. A tiered
+/// store is opened on its tiers, which `tiers` must name as `letus serve` was given them.
+fn open_state(data: &std::path::Path, tiers: &crate::serve::TierFlags) -> Result<Store, String> {
     let state = data.join("state");
     if !state.is_dir() {
         return Err(format!(
@@ -18,7 +19,28 @@ fn open_state(data: &std::path::Path) -> Result<Store, String> {
             state.display()
         ));
     }
-    Store::open(state, Options::default()).map_err(|e| match e {
+    let mut opts = Options::default();
+    match tiers.config(data)? {
+        Some(cfg) => {
+            let t = letus_core::storage::tiered::Tiered::open(cfg)
+                .map_err(|e| format!("opening the tiers: {e}"))?;
+            opts.storage = t.shared();
+        }
+        None => {
+            let m = letus_core::storage::tiered::Manifest::load(&letus_core::storage::Local, data)
+                .map_err(|e| e.to_string())?;
+            if m.files
+                .values()
+                .any(|f| f.tier != letus_core::storage::tiered::Tier::Hot)
+            {
+                return Err(format!(
+                    "{} is a tiered store with files in the warm or cold tier: pass the tier flags it is served                      with (--warm-dir, --cold-bucket, --cold-endpoint, ...)",
+                    data.display()
+                ));
+            }
+        }
+    }
+    Store::open(state, opts).map_err(|e| match e {
         letus_core::Error::Locked(_) => format!("{} is in use by a running node; stop it first (or verify its HTTP export: GET /v1/tries/T/export)", data.display()),
         other => other.to_string(),
     })
@@ -46,6 +68,9 @@ pub struct VerifyArgs {
     /// Print a machine-readable summary.
     #[arg(long)]
     json: bool,
+    /// The store's tiers, if it is tiered.
+    #[command(flatten)]
+    tiers: crate::serve::TierFlags,
 }
 
 /// Why `letus verify` could not check anything (exit 2), as opposed to a check that failed (MISMATCH, exit 1).
@@ -77,7 +102,7 @@ pub fn verify(a: VerifyArgs) -> Result<ExitCode, String> {
 
 fn verify_checked(a: &VerifyArgs) -> Result<ExitCode, VerifyError> {
     let root = parse_root(&a.root).map_err(verify_error("bad_argument"))?;
-    let store = open_state(&a.data).map_err(verify_error("no_store"))?;
+    let store = open_state(&a.data, &a.tiers).map_err(verify_error("no_store"))?;
     let version = match a.version {
         Some(v) if store.versions().binary_search(&v).is_err() => {
             return Err(VerifyError {
@@ -170,6 +195,9 @@ pub struct ExportArgs {
     /// import` needs to carry the history commitment (default: OUT.history.json; none when OUT is stdout).
     #[arg(long)]
     history_out: Option<PathBuf>,
+    /// The store's tiers, if it is tiered.
+    #[command(flatten)]
+    tiers: crate::serve::TierFlags,
 }
 
 /// The history frontier file written next to an export: the history of trie `tid` just before `version`, in the
@@ -183,7 +211,7 @@ fn history_file_next_to(export: &std::path::Path) -> PathBuf {
 }
 
 pub fn export(a: ExportArgs) -> Result<ExitCode, String> {
-    let store = open_state(&a.data)?;
+    let store = open_state(&a.data, &a.tiers)?;
     let version = a
         .version
         .or(store.latest_version())

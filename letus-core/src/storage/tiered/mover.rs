@@ -89,7 +89,9 @@ impl Inner {
             return f.tier;
         }
         let age = version.saturating_sub(f.sealed_at);
-        let due = |after: Option<u64>| after.is_some_and(|a| age >= a);
+        // Never in the version it was sealed in: a crash can still undo that version's last writes (a block whose
+        // state commit did not happen is cut from its segment at the next open).
+        let due = |after: Option<u64>| after.is_some_and(|a| age >= a.max(1));
         let t = if self.cold.is_some() && due(p.cold_after_versions) {
             Tier::Cold
         } else if self.cfg.warm_dir.is_some() && due(p.warm_after_versions) {
@@ -165,6 +167,22 @@ impl Inner {
             }
         }
         let mut changed = false;
+        // A file recorded as sealed that is the highest of its directory again (recovery removed a newer file
+        // that no commit had used, and the value log goes on writing this one) is not sealed: forget it while
+        // it is hot, so that it never moves while being written.
+        let unsealed: Vec<String> = m
+            .files
+            .iter()
+            .filter(|(rel, f)| {
+                f.tier == Tier::Hot
+                    && key_of(rel).is_some_and(|(k, n)| highest.get(&k).is_some_and(|&h| n >= h))
+            })
+            .map(|(rel, _)| rel.clone())
+            .collect();
+        for rel in unsealed {
+            m.files.remove(&rel);
+            changed = true;
+        }
         for (rel, kind, num) in found {
             if m.files.contains_key(&rel) {
                 continue;

@@ -114,3 +114,22 @@ fn an_interrupted_move_leaves_each_file_in_the_one_place_the_manifest_names() {
     assert!(!warm.path().join("lsvps/000002.idx").exists());
     assert_eq!(t.kind(&dir.join("000002.idx")).unwrap(), None);
 }
+
+#[test]
+fn a_file_that_becomes_the_active_one_again_is_never_moved() {
+    let (root, warm) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let t = Tiered::open(cfg(root.path(), warm.path())).unwrap();
+    let dir = root.path().join("vdls");
+    let first = write(&t, &dir.join("000001.vdl"), b"first");
+    drop(write(&t, &dir.join("000002.vdl"), b"next"));
+    t.note_version(1);
+    t.migrate_now().unwrap();
+    assert_eq!(t.inner.lock_manifest().files.len(), 1, "000001 is sealed");
+    // Recovery removes the newer file that no commit used; the value log writes 000001 again.
+    t.remove_file(&dir.join("000002.vdl")).unwrap();
+    t.note_version(5);
+    assert_eq!(t.migrate_now().unwrap(), 0);
+    assert!(t.inner.lock_manifest().files.is_empty());
+    first.write_all_at(b"!", 5).unwrap();
+    assert!(dir.join("000001.vdl").exists());
+}
