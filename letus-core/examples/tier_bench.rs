@@ -47,6 +47,9 @@ struct Args {
     /// Value-log file size (both stores).
     #[arg(long, default_value_t = 32 << 20)]
     vdls_file_bytes: u64,
+    /// Size of one ranged GET (the cold cache's block), KiB.
+    #[arg(long, default_value_t = 256)]
+    cold_block_kib: u64,
     /// Proofs measured from the cold tier.
     #[arg(long, default_value_t = 300)]
     proofs: usize,
@@ -80,6 +83,7 @@ fn main() {
     let tiers = Tiered::open(TierConfig {
         cold: Some(cold),
         cold_prefix: "bench".into(),
+        cold_block_bytes: a.cold_block_kib << 10,
         policy: TierPolicy {
             cold_after_versions: Some(a.cold_after),
             ..TierPolicy::default()
@@ -88,13 +92,14 @@ fn main() {
     })
     .unwrap();
     tiers.start_mover();
-    let opts = |storage| Options {
+    let opts = |storage, prefetch_delta_chains| Options {
         storage,
+        prefetch_delta_chains,
         vdls_file_bytes: a.vdls_file_bytes,
         ..Options::default()
     };
-    let mut plain = Store::open(&plain_dir, opts(letus_core::storage::local())).unwrap();
-    let mut tiered = Store::open(root.join("state"), opts(tiers.shared())).unwrap();
+    let mut plain = Store::open(&plain_dir, opts(letus_core::storage::local(), false)).unwrap();
+    let mut tiered = Store::open(root.join("state"), opts(tiers.shared(), true)).unwrap();
 
     // The load, in blocks of 50,000 accounts, then the payment blocks: the same writes to both stores.
     let mut balances = vec![1_000_000u64; a.accounts as usize];

@@ -43,8 +43,11 @@ fn tier_config(
     }
 }
 
+/// The tiered stores read DeltaPage chains concurrently (as a node with a cold tier does); the untiered one
+/// record by record: the differential compares both ways of reading too.
 fn opts(storage: letus_core::storage::SharedStorage) -> Options {
     Options {
+        prefetch_delta_chains: true,
         storage,
         memtable_bytes: 8 * 1024,
         vdls_file_bytes: 16 * 1024,
@@ -125,7 +128,14 @@ fn a_tiered_store_answers_exactly_as_an_untiered_one_and_its_hot_disk_holds_litt
     let root = tempfile::tempdir().unwrap();
     let warm = tempfile::tempdir().unwrap();
     let tiers = Tiered::open(tier_config(root.path(), warm.path(), &s3, "t1")).unwrap();
-    let mut plain = Store::open(plain_dir.path(), opts(letus_core::storage::local())).unwrap();
+    let mut plain = Store::open(
+        plain_dir.path(),
+        Options {
+            prefetch_delta_chains: false,
+            ..opts(letus_core::storage::local())
+        },
+    )
+    .unwrap();
     let mut tiered = Store::open(root.path().join("state"), opts(tiers.shared())).unwrap();
     let mut rng = Rng::new(7);
     const V: u64 = 60;

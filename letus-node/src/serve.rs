@@ -410,6 +410,8 @@ pub fn serve_until(
             let tiered = letus_core::storage::tiered::Tiered::open(t.clone())
                 .map_err(|e| format!("opening the tiers: {e}"))?;
             options.storage = tiered.shared();
+            // Cold reads take milliseconds each: a page's chain is read at once rather than record by record.
+            options.prefetch_delta_chains = t.cold.is_some();
             Some(tiered)
         }
         None => None,

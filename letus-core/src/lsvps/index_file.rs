@@ -657,6 +657,17 @@ impl IndexFile {
         Ok(Some((e.key, self.read_record(&e)?)))
     }
 
+    /// Where the newest record of `key`'s page at or below `key.version` is, without reading it (at most one
+    /// index block read): for issuing several record reads at once.
+    pub(crate) fn locate(&self, key: &PageKey) -> Result<Option<IndexEntry>> {
+        Ok(self.floor_entry(key)?.filter(|e| e.key.same_page(key)))
+    }
+
+    /// The record an entry of [`IndexFile::locate`] names (one read).
+    pub(crate) fn read_entry(&self, e: &IndexEntry) -> Result<Vec<u8>> {
+        self.read_record(e)
+    }
+
     /// The record stored under exactly `key`.
     pub fn get(&self, key: &PageKey) -> Result<Option<Vec<u8>>> {
         match self.floor_entry(key)? {

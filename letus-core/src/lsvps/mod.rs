@@ -22,6 +22,7 @@ mod page_key;
 mod tests;
 
 pub use block_cache::{BlockCache, MAX_OPEN_FILES};
+pub(crate) use index_file::IndexEntry;
 pub use index_file::{FileMeta, IndexFile, IndexFileWriter};
 // The sizes and constants the format tests check (FORMAT.md §2 is normative for them).
 #[cfg(test)]

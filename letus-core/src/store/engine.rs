@@ -201,6 +201,10 @@ impl Engine {
                 chain: 1,
             },
         };
+        let mut prefetched = match (&head_rec, self.opts.prefetch_delta_chains) {
+            (PageRecord::Delta { .. }, true) => self.prefetch_chain(tid, id, head_key.version)?,
+            _ => HashMap::new(),
+        };
         // Walk back to the base; the writer bounds the chain (Tb updates, max_delta_chain records), and a cycle
         // would be corruption.
         let mut chain = vec![head_rec];
@@ -221,9 +225,12 @@ impl Engine {
                 return Err(bad(&path, "delta chain does not end"));
             }
             let key = PageKey::new(tid, id, prev.0, prev.1);
-            let (b, p) = self
-                .exact(&key)?
-                .ok_or_else(|| bad(&path, "delta page points at a missing record"))?;
+            let found = match prefetched.remove(&key) {
+                Some(r) => Some(r),
+                None => self.exact(&key)?,
+            };
+            let (b, p) =
+                found.ok_or_else(|| bad(&path, "delta page points at a missing record"))?;
             chain.push(PageRecord::decode(&b).map_err(|w| bad(&p, w))?);
         };
         let mut slots: Vec<(page::SlotNo, Cell)> = base_slots;
@@ -249,6 +256,65 @@ impl Engine {
         }
         head.chain = u32::try_from(chain.len()).unwrap_or(u32::MAX);
         Page::build(id, version, Some(head), slots).map_err(|w| bad(&path, w))
+    }
+
+    /// The records of page `id` below version `below`, newest first, down to the first BasePage (at most
+    /// `max_delta_chain + 1` of them), read concurrently: they are found through the index blocks alone (the
+    /// chain's records are the page's newest records file by file), so that their reads are in flight together.
+    /// A record found here that the chain does not use is simply not used; one the chain needs and this missed
+    /// is read by the caller.
+    fn prefetch_chain(
+        &self,
+        tid: TrieId,
+        id: PageId,
+        below: Version,
+    ) -> Result<HashMap<PageKey, (Vec<u8>, PathBuf)>> {
+        let limit = self.opts.max_delta_chain as usize + 1;
+        let mut found: Vec<(&Arc<IndexFile>, crate::lsvps::IndexEntry)> = Vec::new();
+        let mut cursor = below;
+        // Bounded by the files walked too: a page untouched for many flushes has no record in most of them.
+        for _ in 0..4 * limit + 16 {
+            if found.len() >= limit || cursor <= 1 {
+                break;
+            }
+            let probe = PageKey::new(tid, id, cursor - 1, PageKind::Delta);
+            let Segment::File(f) = self.segment(cursor - 1) else {
+                break; // in memory: nothing to wait for
+            };
+            match f.locate(&probe)? {
+                Some(e) => {
+                    cursor = e.key.version;
+                    let base = e.key.kind == PageKind::Base;
+                    found.push((f, e));
+                    if base {
+                        break;
+                    }
+                }
+                None => cursor = f.meta().min_version.min(cursor - 1),
+            }
+        }
+        if found.len() < 2 {
+            // One read needs no other thread.
+            return found
+                .into_iter()
+                .map(|(f, e)| Ok((e.key, (f.read_entry(&e)?, f.path().to_path_buf()))))
+                .collect();
+        }
+        std::thread::scope(|s| {
+            let reads: Vec<_> = found
+                .iter()
+                .map(|(f, e)| {
+                    s.spawn(move || {
+                        f.read_entry(e)
+                            .map(|b| (e.key, (b, f.path().to_path_buf())))
+                    })
+                })
+                .collect();
+            reads
+                .into_iter()
+                .map(|h| h.join().unwrap_or(Err(Error::Poisoned)))
+                .collect()
+        })
     }
 
     pub(super) fn root_page(&self, tid: TrieId, version: Version) -> Result<Arc<Page>> {
