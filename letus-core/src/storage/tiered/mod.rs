@@ -472,23 +472,12 @@ impl Inner {
         }
         // Copies the manifest does not name (a move interrupted before its switch).
         if let Some(w) = &self.cfg.warm_dir {
-            let mut stack = vec![w.clone()];
-            while let Some(dir) = stack.pop() {
-                for name in self.warm.list(&dir).map_err(|e| io_err(&dir, e))? {
-                    let p = dir.join(&name);
-                    match self.warm.kind(&p).map_err(|e| io_err(&p, e))? {
-                        Some(EntryKind::Dir) => stack.push(p),
-                        Some(EntryKind::File) => {
-                            let rel = p.strip_prefix(w).ok().and_then(|r| r.to_str());
-                            let named = rel.is_some_and(|r| {
-                                m.files.get(r).is_some_and(|f| f.tier == Tier::Warm)
-                            });
-                            if !named {
-                                self.warm.remove_file(&p).map_err(|e| io_err(&p, e))?;
-                            }
-                        }
-                        _ => {}
-                    }
+            for p in files_under(&*self.warm, w).map_err(|e| io_err(w, e))? {
+                let rel = p.strip_prefix(w).ok().and_then(|r| r.to_str());
+                let named =
+                    rel.is_some_and(|r| m.files.get(r).is_some_and(|f| f.tier == Tier::Warm));
+                if !named {
+                    self.warm.remove_file(&p).map_err(|e| io_err(&p, e))?;
                 }
             }
         }
@@ -568,26 +557,40 @@ impl Inner {
     }
 }
 
-/// Bytes of the files under `dir` (recursively), as the hot disk reports them.
-fn dir_bytes(fs: &dyn Storage, dir: &Path) -> u64 {
-    let mut total = 0;
+/// Every file under `dir`, recursively (none if `dir` does not exist).
+fn files_under(fs: &dyn Storage, dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        for name in fs.list(&d).unwrap_or_default() {
+        let names = match fs.list(&d) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for name in names {
             let p = d.join(name);
-            match fs.kind(&p) {
-                Ok(Some(EntryKind::Dir)) => stack.push(p),
-                Ok(Some(EntryKind::File)) => {
-                    total += fs
-                        .open(&p, OpenMode::Read)
-                        .and_then(|f| f.size())
-                        .unwrap_or(0)
-                }
+            match fs.kind(&p)? {
+                Some(EntryKind::Dir) => stack.push(p),
+                Some(EntryKind::File) => files.push(p),
                 _ => {}
             }
         }
     }
-    total
+    Ok(files)
+}
+
+/// Bytes of the files under `dir` (recursively), as the hot disk reports them; a status report, so a file that
+/// vanishes while it is counted counts nothing.
+fn dir_bytes(fs: &dyn Storage, dir: &Path) -> u64 {
+    files_under(fs, dir)
+        .unwrap_or_default()
+        .iter()
+        .map(|p| {
+            fs.open(p, OpenMode::Read)
+                .and_then(|f| f.size())
+                .unwrap_or(0)
+        })
+        .sum()
 }
 
 /// A handle of a tiered file.

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use super::manifest::{FileRecord, Manifest, Tier};
-use super::{cold_set_body, io_err, kind_of, EntryKind, Inner, Kind, OpenMode, Place, Signal};
+use super::{cold_set_body, io_err, kind_of, Inner, Kind, OpenMode, Place, Signal};
 use crate::error::{Error, Result};
 use crate::storage::StorageFile;
 
@@ -117,28 +117,15 @@ impl Inner {
     /// Finds the sealed hot files the manifest does not know yet and records them (sealed at the current version).
     fn record_sealed(&self, version: u64) -> Result<()> {
         let hot = &*self.cfg.hot;
-        let mut found: Vec<(String, Kind, u64)> = Vec::new();
-        let mut stack = vec![self.cfg.root.clone()];
-        while let Some(dir) = stack.pop() {
-            let names = match hot.list(&dir) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io_err(&dir, e)),
-            };
-            for name in names {
-                let p = dir.join(&name);
-                let Some(n) = name.to_str() else { continue };
-                if let Some((kind, num)) = kind_of(n) {
-                    if let Ok(rel) = p.strip_prefix(&self.cfg.root) {
-                        if let Some(r) = rel.to_str() {
-                            found.push((r.to_string(), kind, num));
-                        }
-                    }
-                } else if hot.kind(&p).map_err(|e| io_err(&p, e))? == Some(EntryKind::Dir) {
-                    stack.push(p);
-                }
-            }
-        }
+        let root = &self.cfg.root;
+        let found: Vec<(String, Kind, u64)> = super::files_under(hot, root)
+            .map_err(|e| io_err(root, e))?
+            .iter()
+            .filter_map(|p| {
+                let (kind, num) = kind_of(p.file_name()?.to_str()?)?;
+                Some((p.strip_prefix(root).ok()?.to_str()?.to_string(), kind, num))
+            })
+            .collect();
         let mut m = self.lock_manifest();
         // The highest number of each directory and extension, wherever its file is: that file is the active one.
         let mut highest: std::collections::HashMap<(String, String), u64> = Default::default();
