@@ -50,6 +50,10 @@ struct Args {
     /// Size of one ranged GET (the cold cache's block), KiB.
     #[arg(long, default_value_t = 256)]
     cold_block_kib: u64,
+    /// Records of pages shallower than this depth stay on the hot disk when their index file goes cold (0: none,
+    /// 2: the root page, 4: the root and the 256 pages below it); index blocks always do.
+    #[arg(long, default_value_t = 2)]
+    pin_depth: u8,
     /// Proofs measured from the cold tier.
     #[arg(long, default_value_t = 300)]
     proofs: usize,
@@ -84,6 +88,7 @@ fn main() {
         cold: Some(cold),
         cold_prefix: "bench".into(),
         cold_block_bytes: a.cold_block_kib << 10,
+        pins: Some(letus_core::storage::tiered::index_pins(a.pin_depth)),
         policy: TierPolicy {
             cold_after_versions: Some(a.cold_after),
             ..TierPolicy::default()

@@ -282,7 +282,7 @@ pub fn tier_status_json(t: &letus_core::storage::tiered::TierStatus) -> serde_js
         "hot_other_bytes": t.hot_other_bytes,
         "backlog": { "files": t.backlog.files, "bytes": t.backlog.bytes },
         "moved": { "files": t.moved_files, "bytes": t.moved_bytes, "failures": t.move_failures },
-        "reads": { "hot": t.reads[0], "warm": t.reads[1], "cold": t.reads[2] },
+        "reads": { "hot": t.reads[0], "warm": t.reads[1], "cold": t.reads[2], "cold_pinned": t.pinned_reads },
         "object_store": {
             "where": t.cold_store,
             "epoch": t.epoch,

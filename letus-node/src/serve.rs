@@ -414,7 +414,22 @@ pub fn serve_until(
             options.prefetch_delta_chains = t.cold.is_some();
             Some(tiered)
         }
-        None => None,
+        None => {
+            let m =
+                letus_core::storage::tiered::Manifest::load(&letus_core::storage::Local, &cfg.data)
+                    .map_err(|e| e.to_string())?;
+            if m.files
+                .values()
+                .any(|f| f.tier != letus_core::storage::tiered::Tier::Hot)
+            {
+                return Err(format!(
+                    "{} is a tiered store with files in the warm or cold tier: start it with the tier settings it \
+                     was served with (--warm-dir, --cold-bucket, --cold-endpoint, ...)",
+                    cfg.data.display()
+                ));
+            }
+            None
+        }
     };
     let mut node = Node::open(&cfg.data, options, tok.clone(), cfg.limits.clone())
         .map_err(|e| e.to_string())?;

@@ -668,6 +668,32 @@ impl IndexFile {
         self.read_record(e)
     }
 
+    /// The byte ranges `(start, len)` of this file worth keeping on a fast disk when the rest of it moves to a slow
+    /// tier: the header and the page blocks of pages shallower than `depth` (the top of every trie, which every
+    /// proof and every update of an old version reads), and the index blocks, lookup block and footer (which every
+    /// lookup reads). Records are in key order and keys start with the depth, so the first range is a prefix of
+    /// the page region. Reads at most one index block.
+    pub fn hot_ranges(&self, depth: u8) -> Result<Vec<(u64, u64)>> {
+        let mut ranges = Vec::new();
+        let i = self
+            .lookup
+            .partition_point(|l| l.first_key.page.depth < depth);
+        if let Some(i) = i.checked_sub(1) {
+            let block = self.block(i)?;
+            if let Some(end) = block
+                .entries
+                .iter()
+                .filter(|e| e.key.page.depth < depth)
+                .map(IndexEntry::end)
+                .max()
+            {
+                ranges.push((0, end));
+            }
+        }
+        ranges.push((self.pages_end, self.size - self.pages_end));
+        Ok(ranges)
+    }
+
     /// The record stored under exactly `key`.
     pub fn get(&self, key: &PageKey) -> Result<Option<Vec<u8>>> {
         match self.floor_entry(key)? {

@@ -33,3 +33,22 @@ pub use mem_index::MemIndexTable;
 #[cfg(test)]
 pub use mem_index::ENTRY_OVERHEAD;
 pub use page_key::{PageId, PageKey, PageKind};
+
+/// Page depths below which a cold index file keeps its records on the hot disk ([`tier_pins`]) by default: 2,
+/// the root page only. (Depth 4, the root and the 256 pages below it, keeps about a third of an index file's bytes
+/// at 1M keys: every block touches every depth-2 page.)
+pub const TIER_PIN_DEPTH: u8 = 2;
+
+/// The ranges of index file `path` (on `fs`) that stay on the hot disk when the file moves to the cold tier: its
+/// index and the records of pages shallower than `depth` (see [`IndexFile::hot_ranges`]). What
+/// [`crate::storage::tiered::index_pins`], the default of [`crate::storage::tiered::TierConfig::pins`], calls
+/// for `*.idx` files.
+pub fn tier_pins(
+    fs: &crate::storage::SharedStorage,
+    path: &std::path::Path,
+    depth: u8,
+) -> crate::Result<Vec<(u64, u64)>> {
+    let cache = std::sync::Arc::new(BlockCache::with_open_files(fs.clone(), 1 << 20, 1));
+    let f = IndexFile::open(path, 0, std::sync::Arc::default(), cache)?;
+    f.hot_ranges(depth)
+}

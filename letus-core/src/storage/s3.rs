@@ -112,8 +112,18 @@ impl S3Config {
 /// An S3-compatible bucket as the cold tier's [`ColdStore`].
 pub struct S3 {
     store: Arc<AmazonS3>,
-    rt: tokio::runtime::Runtime,
+    /// Always `Some` until dropped (taken in `Drop`).
+    rt: Option<tokio::runtime::Runtime>,
     describe: String,
+}
+
+impl Drop for S3 {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which panics inside an async context: let it end in the background.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl fmt::Debug for S3 {
@@ -166,7 +176,7 @@ impl S3 {
             .build()?;
         Ok(S3 {
             store: Arc::new(store),
-            rt,
+            rt: Some(rt),
             describe: format!(
                 "s3 {} bucket {}",
                 cfg.endpoint.as_deref().unwrap_or("(aws)"),
@@ -181,7 +191,11 @@ impl S3 {
         fut: impl Future<Output = object_store::Result<T>> + Send + 'static,
     ) -> io::Result<T> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.rt.spawn(async move {
+        let rt = self
+            .rt
+            .as_ref()
+            .ok_or_else(|| ColdUnavailable::io("the object-store client stopped"))?;
+        rt.spawn(async move {
             let _ = tx.send(fut.await);
         });
         match rx.recv() {

@@ -281,7 +281,12 @@ impl Engine {
             let Segment::File(f) = self.segment(cursor - 1) else {
                 break; // in memory: nothing to wait for
             };
-            match f.locate(&probe)? {
+            // Best effort: a lookup that fails here (an index block of a file the chain may not even use) stops
+            // the prefetch; the chain walk reads, and reports, only what it needs.
+            let Ok(located) = f.locate(&probe) else {
+                break;
+            };
+            match located {
                 Some(e) => {
                     cursor = e.key.version;
                     let base = e.key.kind == PageKind::Base;
@@ -293,28 +298,31 @@ impl Engine {
                 None => cursor = f.meta().min_version.min(cursor - 1),
             }
         }
+        let read = |f: &Arc<IndexFile>, e: &crate::lsvps::IndexEntry| {
+            f.read_entry(e)
+                .ok()
+                .map(|b| (e.key, (b, f.path().to_path_buf())))
+        };
         if found.len() < 2 {
             // One read needs no other thread.
-            return found
-                .into_iter()
-                .map(|(f, e)| Ok((e.key, (f.read_entry(&e)?, f.path().to_path_buf()))))
-                .collect();
+            return Ok(found.iter().filter_map(|(f, e)| read(f, e)).collect());
         }
-        std::thread::scope(|s| {
+        // A record that could not be read (or whose thread could not start) is left to the chain walk.
+        Ok(std::thread::scope(|s| {
             let reads: Vec<_> = found
                 .iter()
                 .map(|(f, e)| {
-                    s.spawn(move || {
-                        f.read_entry(e)
-                            .map(|b| (e.key, (b, f.path().to_path_buf())))
-                    })
+                    std::thread::Builder::new()
+                        .spawn_scoped(s, move || read(f, e))
+                        .ok()
                 })
                 .collect();
             reads
                 .into_iter()
-                .map(|h| h.join().unwrap_or(Err(Error::Poisoned)))
+                .flatten()
+                .filter_map(|h| h.join().ok().flatten())
                 .collect()
-        })
+        }))
     }
 
     pub(super) fn root_page(&self, tid: TrieId, version: Version) -> Result<Arc<Page>> {

@@ -148,8 +148,14 @@ impl S3Server {
         let Ok(s3) = S3::new(&self.config()) else {
             return false;
         };
-        s3.put_if_absent("ready/probe", b"ok".to_vec()).is_ok()
-            && s3.get("ready/probe").ok().flatten().is_some()
+        // A new name each time: a write that must reach the volume server, not only the filer's metadata.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let probe = format!("ready/probe-{nanos}");
+        s3.put_if_absent(&probe, b"ok".to_vec()).ok() == Some(true)
+            && s3.get(&probe).ok().flatten().is_some()
+            && s3.delete(&probe).is_ok()
     }
 
     /// A client configuration for this server.

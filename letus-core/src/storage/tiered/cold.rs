@@ -131,6 +131,9 @@ pub(crate) struct ColdTier {
     /// The next manifest number this writer creates; its epoch is the first one it created.
     next_manifest: Mutex<u64>,
     pub epoch: u64,
+    /// The first line of every manifest object this writer creates (its epoch's claim and a random nonce): how it
+    /// recognises an object it created when the answer to the request was lost.
+    writer: String,
     fenced: AtomicBool,
     cache: Cache<BlockKey, Arc<[u8]>, BlockWeighter>,
     pub block_bytes: u64,
@@ -162,21 +165,26 @@ impl ColdTier {
         body: impl Fn(u64) -> Vec<u8>,
     ) -> io::Result<ColdTier> {
         let counters = Arc::new(ColdCounters::default());
-        let mut n = latest_manifest(&*store, &prefix, &counters)? + 1;
+        let writer = writer_line();
+        let overflow =
+            || io::Error::new(io::ErrorKind::InvalidData, "manifest numbers are exhausted");
+        let mut n = latest_manifest(&*store, &prefix, &counters)?
+            .checked_add(1)
+            .ok_or_else(overflow)?;
         loop {
-            counters.puts.fetch_add(1, Ordering::Relaxed);
-            if store.put_if_absent(&manifest_key(&prefix, n), body(n))? {
+            if create_manifest(&*store, &prefix, n, &writer, body(n), &counters)? {
                 break;
             }
             // Another writer claimed `n` at the same moment: the later claim wins, so try the next number.
-            n += 1;
+            n = n.checked_add(1).ok_or_else(overflow)?;
         }
         let est = usize::try_from(cache_bytes / block_bytes.max(1)).unwrap_or(usize::MAX);
         Ok(ColdTier {
             store,
             prefix,
-            next_manifest: Mutex::new(n + 1),
+            next_manifest: Mutex::new(n.saturating_add(1)),
             epoch: n,
+            writer,
             fenced: AtomicBool::new(false),
             cache: Cache::with_weighter(est.clamp(16, 1 << 20), cache_bytes.max(1), BlockWeighter),
             block_bytes: block_bytes.max(4096),
@@ -197,13 +205,14 @@ impl ColdTier {
             return Err(fenced());
         }
         let mut next = self.next_manifest.lock().unwrap_or_else(|e| e.into_inner());
-        self.counters.puts.fetch_add(1, Ordering::Relaxed);
-        let created = self
-            .store
-            .put_if_absent(&manifest_key(&self.prefix, *next), body(*next))
-            .inspect_err(|_| {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
-            })?;
+        let created = create_manifest(
+            &*self.store,
+            &self.prefix,
+            *next,
+            &self.writer,
+            body(*next),
+            &self.counters,
+        )?;
         if !created {
             self.fenced.store(true, Ordering::Relaxed);
             return Err(fenced());
@@ -335,6 +344,47 @@ impl ColdTier {
     /// Bytes held by the block cache.
     pub fn cached_bytes(&self) -> u64 {
         self.cache.weight()
+    }
+}
+
+/// `writer <epoch-independent random nonce>`: the first line of this writer's manifest objects.
+fn writer_line() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let seed = format!("{}:{t}:{:p}", std::process::id(), &t);
+    let h = letus_verify::hash::value_hash(seed.as_bytes());
+    format!("writer {}\n", letus_verify::hex::encode(&h.0[..16]))
+}
+
+/// Creates manifest object `n` (its body: `writer`, then `body`) if no object has that number. `true` if the
+/// object there now is this writer's, whether this request created it or an earlier attempt whose answer was lost
+/// (a timeout, a 5xx after the write, a retried request meeting its own object); `false` if another writer's is.
+fn create_manifest(
+    store: &dyn ColdStore,
+    prefix: &str,
+    n: u64,
+    writer: &str,
+    body: Vec<u8>,
+    c: &ColdCounters,
+) -> io::Result<bool> {
+    let key = manifest_key(prefix, n);
+    let mut bytes = writer.as_bytes().to_vec();
+    bytes.extend_from_slice(&body);
+    c.puts.fetch_add(1, Ordering::Relaxed);
+    let answer = store.put_if_absent(&key, bytes);
+    if let Ok(true) = answer {
+        return Ok(true);
+    }
+    if answer.is_err() {
+        c.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    c.gets.fetch_add(1, Ordering::Relaxed);
+    match (store.get(&key), answer) {
+        (Ok(Some(b)), _) => Ok(b.starts_with(writer.as_bytes())),
+        (_, Err(e)) => Err(e),
+        (Ok(None), Ok(_)) => Ok(false),
+        (Err(e), Ok(_)) => Err(e),
     }
 }
 

@@ -13,6 +13,8 @@
 //!         u8 tier (0 hot, 1 warm, 2 cold) | u64 size | u32 crc32 of the file's bytes (0 while hot)
 //!         u64 sealed_at (the version at which the file was first seen sealed)
 //!         u16 key_len | key (the object's key when cold, empty otherwise)
+//!         u16 n_pins | n_pins × (u64 start, u64 len)   ranges kept in `tier-pins/<rel>` while cold, in order,
+//!                                                      disjoint, inside the file
 //! ```
 //!
 //! The manifest is the one authority on where a file is: it is replaced whole (`fsutil::write_whole_file`:
@@ -87,6 +89,8 @@ pub struct FileRecord {
     pub sealed_at: u64,
     /// Its object key while cold.
     pub key: String,
+    /// The `(start, len)` ranges kept on the hot disk while it is cold (its pin file holds them back to back).
+    pub pins: Vec<(u64, u64)>,
 }
 
 /// The decoded manifest.
@@ -117,6 +121,12 @@ impl Manifest {
             b.extend_from_slice(&f.crc.to_le_bytes());
             b.extend_from_slice(&f.sealed_at.to_le_bytes());
             put_str(&mut b, &f.key);
+            let n = u16::try_from(f.pins.len()).unwrap_or(u16::MAX);
+            b.extend_from_slice(&n.to_le_bytes());
+            for (s, l) in f.pins.iter().take(usize::from(n)) {
+                b.extend_from_slice(&s.to_le_bytes());
+                b.extend_from_slice(&l.to_le_bytes());
+            }
         }
         let c = crc(&b);
         b.extend_from_slice(&c.to_le_bytes());
@@ -153,6 +163,7 @@ impl Manifest {
             let at = r.at;
             let rel = r
                 .str()
+                .filter(|s| is_store_path(s))
                 .ok_or_else(|| bad(at, "tier manifest: bad file name"))?;
             let tier = r
                 .u8()
@@ -165,6 +176,27 @@ impl Manifest {
             if tier == Tier::Cold && key.is_empty() {
                 return Err(bad(at, "tier manifest: a cold file without a key"));
             }
+            let n_pins = r
+                .take(2)
+                .map(|s| u16::from_le_bytes([s[0], s[1]]))
+                .ok_or_else(|| cut(r.at))?;
+            let mut pins = Vec::new();
+            let mut end = 0u64;
+            for _ in 0..n_pins {
+                let (s, l) = (
+                    r.u64().ok_or_else(|| cut(r.at))?,
+                    r.u64().ok_or_else(|| cut(r.at))?,
+                );
+                // In order, disjoint, inside the file: a read is served from at most one range.
+                if s < end || s.checked_add(l).is_none_or(|e| e > size) {
+                    return Err(bad(
+                        at,
+                        "tier manifest: a pinned range outside the file or out of order",
+                    ));
+                }
+                end = s + l;
+                pins.push((s, l));
+            }
             files.insert(
                 rel,
                 FileRecord {
@@ -173,6 +205,7 @@ impl Manifest {
                     crc: fcrc,
                     sealed_at,
                     key,
+                    pins,
                 },
             );
         }
@@ -199,6 +232,14 @@ impl Manifest {
     pub fn store(&self, fs: &dyn Storage, root: &Path) -> Result<()> {
         fsutil::write_whole_file(fs, root, MANIFEST_NAME, &self.encode()).map(drop)
     }
+}
+
+/// A path a manifest may name: relative, `/`-separated, without `.`, `..` or empty components (recovery deletes
+/// files by these names, so a manifest can never point it outside the store).
+fn is_store_path(s: &str) -> bool {
+    !s.is_empty()
+        && s.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+        && !s.contains('\\')
 }
 
 fn put_str(b: &mut Vec<u8>, s: &str) {
@@ -257,6 +298,7 @@ mod tests {
                 crc: 99,
                 sealed_at: 5,
                 key: "p/data/7/state/lsvps/000001.idx".into(),
+                pins: vec![(0, 100), (1000, 234)],
             },
         );
         m.files.insert(
@@ -267,6 +309,7 @@ mod tests {
                 crc: 0,
                 sealed_at: 9,
                 key: String::new(),
+                pins: Vec::new(),
             },
         );
         m
@@ -277,6 +320,25 @@ mod tests {
         let m = sample();
         let b = m.encode();
         assert_eq!(Manifest::decode(Path::new("m"), &b).unwrap(), m);
+    }
+
+    #[test]
+    fn a_name_outside_the_store_is_refused() {
+        for bad in [
+            "../etc/passwd",
+            "/abs/000001.idx",
+            "a//000001.idx",
+            "./000001.idx",
+            "",
+        ] {
+            let mut m = sample();
+            let f = m.files.values().next().unwrap().clone();
+            m.files.insert(bad.into(), f);
+            assert!(
+                Manifest::decode(Path::new("m"), &m.encode()).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

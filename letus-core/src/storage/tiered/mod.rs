@@ -53,7 +53,46 @@ pub struct TierConfig {
     pub cold_block_bytes: u64,
     /// When files move.
     pub policy: TierPolicy,
+    /// The byte ranges of a file that stay on the hot disk when it goes cold (kept in `tier-pins/` under the hot
+    /// root and read from there): by default, for index files, their top-of-trie page records and their index
+    /// ([`crate::lsvps::tier_pins`]), which nearly every read of an old version needs.
+    pub pins: Option<PinFn>,
 }
+
+/// Given a file's storage and path, the `(start, len)` ranges of it to keep on the hot disk when it goes cold.
+pub type PinFn = Arc<dyn Fn(&SharedStorage, &Path) -> Result<Vec<(u64, u64)>> + Send + Sync>;
+
+/// The pins of index files (`*.idx`): their index blocks, lookup block and footer, and the records of pages
+/// shallower than `depth` (0: none; 2: the root page; 4: the root and the pages below it). Other files: none.
+pub fn index_pins(depth: u8) -> PinFn {
+    Arc::new(move |fs: &SharedStorage, path: &Path| {
+        if path.extension().is_some_and(|e| e == "idx") {
+            crate::lsvps::tier_pins(fs, path, depth)
+        } else {
+            Ok(Vec::new())
+        }
+    })
+}
+
+/// The lock file of a hot root's tiers.
+const LOCK_NAME: &str = "tiers.lock";
+
+/// `p` with symlinks resolved where it exists (as given otherwise).
+fn canonical(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// Whether `name` is one a tiered file or its temporary copy may have: the only names recovery ever deletes in
+/// the warm directory (anything else there is not the store's).
+fn tier_owned_name(name: &str) -> bool {
+    kind_of(name).is_some()
+        || name
+            .strip_suffix(".tmp")
+            .is_some_and(|n| kind_of(n).is_some())
+}
+
+/// The directory under the hot root that holds the pinned ranges of cold files (`tier-pins/<path of the file>`).
+pub const PIN_DIR: &str = "tier-pins";
 
 impl fmt::Debug for TierConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -65,6 +104,7 @@ impl fmt::Debug for TierConfig {
             .field("cold_cache_bytes", &self.cold_cache_bytes)
             .field("cold_block_bytes", &self.cold_block_bytes)
             .field("policy", &self.policy)
+            .field("pins", &self.pins.is_some())
             .finish()
     }
 }
@@ -81,6 +121,7 @@ impl TierConfig {
             cold_cache_bytes: 64 << 20,
             cold_block_bytes: 256 << 10,
             policy: TierPolicy::default(),
+            pins: Some(index_pins(crate::lsvps::TIER_PIN_DEPTH)),
         }
     }
 }
@@ -112,7 +153,24 @@ fn kind_of(name: &str) -> Option<(Kind, u64)> {
 enum Place {
     Hot,
     Warm,
-    Cold { key: String, size: u64 },
+    /// In the object store as `key`; `pins` are the ranges `(start, len, offset in the pin file)` kept locally.
+    Cold {
+        key: String,
+        size: u64,
+        pins: Arc<[(u64, u64, u64)]>,
+    },
+}
+
+/// A cold file's pinned ranges with their offsets in its pin file (the ranges' bytes back to back).
+fn pin_table(pins: &[(u64, u64)]) -> Arc<[(u64, u64, u64)]> {
+    let mut at = 0;
+    pins.iter()
+        .map(|&(start, len)| {
+            let row = (start, len, at);
+            at += len;
+            row
+        })
+        .collect()
 }
 
 /// One tiered file: its place, and the open handles that must let go of a place it leaves.
@@ -143,9 +201,13 @@ pub struct TierCounters {
     pub move_failures: AtomicU64,
     /// Reads served by each tier (hot, warm, cold).
     pub reads: [AtomicU64; 3],
+    /// Reads of cold files served from their pinned ranges on the hot disk.
+    pub pinned_reads: AtomicU64,
 }
 
 pub(crate) struct Inner {
+    /// The hot root's tiers lock, held for the instance's life.
+    _lock: LockGuard,
     cfg: TierConfig,
     warm: SharedStorage,
     cold: Option<ColdTier>,
@@ -215,6 +277,8 @@ pub struct TierStatus {
     pub move_failures: u64,
     /// Reads served per tier.
     pub reads: [u64; 3],
+    /// Reads of cold files served by their pinned ranges on the hot disk (part of `reads[2]`).
+    pub pinned_reads: u64,
     /// Object-store requests: GETs, PUTs, DELETEs, LISTs, errors.
     pub cold_requests: [u64; 5],
     /// Bytes received from and sent to the object store.
@@ -248,11 +312,27 @@ impl Tiered {
         let hot = cfg.hot.clone();
         hot.create_dir_all(&cfg.root)
             .map_err(|e| io_err(&cfg.root, e))?;
-        let mut manifest = Manifest::load(&*hot, &cfg.root)?;
+        // One instance per hot root: recovery deletes copies and claims the prefix, which must never happen
+        // under a running node (a tool opened on its data directory, a second node).
+        let lock = hot.lock(&cfg.root, LOCK_NAME).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock => Error::Locked(cfg.root.clone()),
+            _ => io_err(&cfg.root, e),
+        })?;
         let warm = super::local();
         if let Some(w) = &cfg.warm_dir {
             warm.create_dir_all(w).map_err(|e| io_err(w, e))?;
+            let (a, b) = (canonical(&cfg.root), canonical(w));
+            if a.starts_with(&b) || b.starts_with(&a) {
+                return Err(io_err(
+                    w,
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "the warm directory must not contain, or be inside, the store's directory",
+                    ),
+                ));
+            }
         }
+        let mut manifest = Manifest::load(&*hot, &cfg.root)?;
         let cold = match &cfg.cold {
             Some(store) => {
                 let body = |n: u64| cold_set_body(n, &manifest);
@@ -273,6 +353,7 @@ impl Tiered {
             manifest.epochs.push(c.epoch);
         }
         let inner = Inner {
+            _lock: lock,
             warm,
             cold,
             manifest: Mutex::new(manifest),
@@ -305,6 +386,7 @@ impl Tiered {
         if m.is_some() {
             return;
         }
+        self.inner.signal.lock().1 = false;
         let weak = Arc::downgrade(&self.inner);
         let signal = self.inner.signal.clone();
         *m = Some(
@@ -411,9 +493,17 @@ impl Inner {
     /// `path` relative to the hot root, if it is a tiered file's.
     fn rel(&self, path: &Path) -> Option<String> {
         let rel = path.strip_prefix(&self.cfg.root).ok()?;
+        if rel.starts_with(PIN_DIR) {
+            return None;
+        }
         let s = rel.to_str()?;
         kind_of(rel.file_name()?.to_str()?)?;
         (!s.is_empty() && s.len() < 4096).then(|| s.to_string())
+    }
+
+    /// Where cold file `rel` keeps its pinned ranges.
+    fn pin_path(&self, rel: &str) -> PathBuf {
+        self.cfg.root.join(PIN_DIR).join(rel)
     }
 
     fn warm_path(&self, rel: &str) -> Option<PathBuf> {
@@ -426,6 +516,7 @@ impl Inner {
             Some(f) if f.tier == Tier::Cold => Place::Cold {
                 key: f.key.clone(),
                 size: f.size,
+                pins: pin_table(&f.pins),
             },
             _ => Place::Hot,
         }
@@ -473,12 +564,39 @@ impl Inner {
         // Copies the manifest does not name (a move interrupted before its switch).
         if let Some(w) = &self.cfg.warm_dir {
             for p in files_under(&*self.warm, w).map_err(|e| io_err(w, e))? {
+                if !p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(tier_owned_name)
+                {
+                    continue;
+                }
                 let rel = p.strip_prefix(w).ok().and_then(|r| r.to_str());
                 let named =
                     rel.is_some_and(|r| m.files.get(r).is_some_and(|f| f.tier == Tier::Warm));
                 if !named {
                     self.warm.remove_file(&p).map_err(|e| io_err(&p, e))?;
                 }
+            }
+        }
+        // Pin files of files that are not cold with pins (a move interrupted before its switch).
+        let pins = self.cfg.root.join(PIN_DIR);
+        for p in files_under(hot, &pins).map_err(|e| io_err(&pins, e))? {
+            if !p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(tier_owned_name)
+            {
+                continue;
+            }
+            let rel = p.strip_prefix(&pins).ok().and_then(|r| r.to_str());
+            let named = rel.is_some_and(|r| {
+                m.files
+                    .get(r)
+                    .is_some_and(|f| f.tier == Tier::Cold && !f.pins.is_empty())
+            });
+            if !named {
+                hot.remove_file(&p).map_err(|e| io_err(&p, e))?;
             }
         }
         if let Some(c) = &self.cold {
@@ -541,6 +659,7 @@ impl Inner {
             moved_bytes: r(&c.moved_bytes),
             move_failures: r(&c.move_failures),
             reads: [r(&c.reads[0]), r(&c.reads[1]), r(&c.reads[2])],
+            pinned_reads: r(&c.pinned_reads),
             cold_requests,
             cold_bytes,
             cold_cache,
@@ -608,12 +727,15 @@ impl fmt::Debug for TieredFile {
     }
 }
 
+/// A cold file's pinned ranges `(start, len, offset in the pin file)` and its pin file, if it has any.
+type Pinned<'a> = Option<(&'a [(u64, u64, u64)], &'a dyn StorageFile)>;
+
 /// What an operation on a [`TieredFile`] runs against.
 enum Target<'a> {
     /// The hot or warm copy.
     File(&'a dyn StorageFile),
-    /// The cold object: its key and size.
-    Cold(&'a str, u64),
+    /// The cold object: its key and size, and its pinned ranges with the pin file that holds them.
+    Cold(&'a str, u64, Pinned<'a>),
 }
 
 fn moved() -> io::Error {
@@ -630,7 +752,17 @@ impl TieredFile {
     fn with<T>(&self, op: impl FnOnce(Target<'_>) -> io::Result<T>) -> io::Result<T> {
         let place = self.entry.place.read().unwrap_or_else(|e| e.into_inner());
         let (fs, path, mode) = match &*place {
-            Place::Cold { key, size } => return op(Target::Cold(key, *size)),
+            Place::Cold { key, size, pins } if pins.is_empty() => {
+                return op(Target::Cold(key, *size, None))
+            }
+            Place::Cold { key, size, pins } => {
+                let side = self.pin_file();
+                return op(Target::Cold(
+                    key,
+                    *size,
+                    side.as_deref().map(|f| (&pins[..], f)),
+                ));
+            }
             Place::Hot => (
                 &self.inner.cfg.hot,
                 self.inner.cfg.root.join(&self.rel),
@@ -661,6 +793,24 @@ impl TieredFile {
         op(Target::File(&*f))
     }
 
+    /// This handle's descriptor of its cold file's pin file, opened on first use; `None` if it cannot be opened
+    /// (reads then go to the object store).
+    fn pin_file(&self) -> Option<FileRef> {
+        if let Some(f) = &*self.slot.0.read().unwrap_or_else(|e| e.into_inner()) {
+            return Some(f.clone());
+        }
+        let mut s = self.slot.0.write().unwrap_or_else(|e| e.into_inner());
+        if s.is_none() {
+            *s = self
+                .inner
+                .cfg
+                .hot
+                .open(&self.inner.pin_path(&self.rel), OpenMode::Read)
+                .ok();
+        }
+        s.clone()
+    }
+
     fn tier_index(&self) -> usize {
         match &*self.entry.place.read().unwrap_or_else(|e| e.into_inner()) {
             Place::Hot => 0,
@@ -687,7 +837,25 @@ impl StorageFile for TieredFile {
         let id = self.entry.id;
         self.with(|t| match (t, &self.inner.cold) {
             (Target::File(f), _) => f.read_exact_at(buf, offset),
-            (Target::Cold(key, size), Some(c)) => c.read(id, key, size, buf, offset),
+            (Target::Cold(key, size, pinned), Some(c)) => {
+                let end = offset.saturating_add(buf.len() as u64);
+                let local = pinned.and_then(|(pins, side)| {
+                    let &(start, _, at) = pins
+                        .iter()
+                        .find(|&&(s, l, _)| offset >= s && end <= s + l)?;
+                    side.read_exact_at(buf, at + (offset - start)).ok()
+                });
+                match local {
+                    Some(()) => {
+                        self.inner
+                            .counters
+                            .pinned_reads
+                            .fetch_add(1, Ordering::Relaxed);
+                        Ok(())
+                    }
+                    None => c.read(id, key, size, buf, offset),
+                }
+            }
             (Target::Cold(..), None) => Err(ColdUnavailable::io("no cold tier is configured")),
         })
     }
@@ -706,7 +874,7 @@ impl StorageFile for TieredFile {
     fn size(&self) -> io::Result<u64> {
         self.with(|t| match t {
             Target::File(f) => f.size(),
-            Target::Cold(_, size) => Ok(size),
+            Target::Cold(_, size, _) => Ok(size),
         })
     }
 }
@@ -732,11 +900,12 @@ impl Storage for Tiered {
                 }
                 _ => {}
             }
+            // Registered while the place is read-locked: a move (which write-locks it) either happened before
+            // this open, or will find this handle and close its descriptor.
+            let mut handles = entry.handles.lock().unwrap_or_else(|e| e.into_inner());
+            handles.retain(|w| w.strong_count() > 0);
+            handles.push(Arc::downgrade(&slot));
         }
-        let mut handles = entry.handles.lock().unwrap_or_else(|e| e.into_inner());
-        handles.retain(|w| w.strong_count() > 0);
-        handles.push(Arc::downgrade(&slot));
-        drop(handles);
         Ok(Arc::new(TieredFile {
             inner: inner.clone(),
             rel,
@@ -817,6 +986,9 @@ impl Storage for Tiered {
         if !found {
             return Err(io::Error::from(io::ErrorKind::NotFound));
         }
+        // Between a move's switch and its delete a file is in both listings: once is what it is.
+        names.sort();
+        names.dedup();
         Ok(names)
     }
 

@@ -6,13 +6,15 @@
 //! 2. copy it to `B`: warm, under `F.tmp`, fsynced, renamed to `F`, directory fsynced; cold, uploaded as
 //!    `P/data/<epoch>/F` (multipart when large);
 //! 3. read the copy back from `B` and compare its CRC-32 with step 1's; a mismatch stops the move;
+//!    cold only: write the file's pinned ranges (its index and top-of-trie records) to `tier-pins/F` on the hot
+//!    disk (temporary name, fsync, rename, directory fsync), checked against the source's bytes;
 //! 4. cold only: create the next manifest object (fails if another writer fenced this one: the move stops);
 //! 5. switch: write the local manifest naming `B` (whole-file replace, durable);
 //! 6. point every open handle at `B` (closing their descriptors of `A`);
 //! 7. delete `F` from `A`.
 //!
 //! A crash before step 5 is durable leaves the manifest naming `A`, where `F` is whole: the copy in `B` is an
-//! orphan that the next open deletes. A crash after it leaves the manifest naming `B`, where the verified copy is:
+//! orphan that the next open deletes (a pin file too). A crash after it leaves the manifest naming `B`, where the verified copy is:
 //! the next open deletes `F` from `A` if it is still there. Either way each file is read from exactly one place.
 
 use std::io;
@@ -67,7 +69,16 @@ pub(super) fn run(weak: Weak<Inner>, signal: Arc<Signal>) {
         {
             let mut c = signal.lock();
             while !c.1 && c.0 < scanned_at.saturating_add(every) {
-                c = signal.wake.wait(c).unwrap_or_else(|e| e.into_inner());
+                // The timeout only lets a mover whose store is gone (every clone and handle dropped) notice it
+                // and end; it sends no request.
+                c = signal
+                    .wake
+                    .wait_timeout(c, std::time::Duration::from_secs(1))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                if weak.strong_count() == 0 {
+                    return;
+                }
             }
             if c.1 {
                 return;
@@ -123,7 +134,12 @@ impl Inner {
             .iter()
             .filter_map(|p| {
                 let (kind, num) = kind_of(p.file_name()?.to_str()?)?;
-                Some((p.strip_prefix(root).ok()?.to_str()?.to_string(), kind, num))
+                let rel = p.strip_prefix(root).ok()?;
+                // Pin files are copies of parts of cold files, not files of the store.
+                if rel.starts_with(super::PIN_DIR) {
+                    return None;
+                }
+                Some((rel.to_str()?.to_string(), kind, num))
             })
             .collect();
         let mut m = self.lock_manifest();
@@ -166,7 +182,16 @@ impl Inner {
             })
             .map(|(rel, _)| rel.clone())
             .collect();
-        for rel in unsealed {
+        // A hot record whose file is gone (a crash between the engine's remove and the manifest's update) is
+        // dropped, so that it never blocks the moves behind it.
+        let present: std::collections::HashSet<&str> = found.iter().map(|f| f.0.as_str()).collect();
+        let gone: Vec<String> = m
+            .files
+            .iter()
+            .filter(|(rel, f)| f.tier == Tier::Hot && !present.contains(rel.as_str()))
+            .map(|(rel, _)| rel.clone())
+            .collect();
+        for rel in unsealed.into_iter().chain(gone) {
             m.files.remove(&rel);
             changed = true;
         }
@@ -194,8 +219,10 @@ impl Inner {
                     tier: Tier::Hot,
                     size,
                     crc: 0,
-                    sealed_at: version,
+                    // Counted from the next version: a commit still running may be the one that sealed it.
+                    sealed_at: version.saturating_add(1),
                     key: String::new(),
+                    pins: Vec::new(),
                 },
             );
             changed = true;
@@ -229,6 +256,7 @@ impl Inner {
         due.sort_by_key(|(_, f, _)| f.sealed_at);
         let mut moved = 0;
         let mut bytes = 0u64;
+        let mut failed = None;
         for (rel, f, to) in due {
             if moved as u64 >= max_files || bytes >= self.cfg.policy.max_bytes_per_pass {
                 break;
@@ -242,12 +270,26 @@ impl Inner {
                     self.counters.move_failures.fetch_add(1, Ordering::Relaxed);
                     *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
                         Some(format!("moving {rel} to the {} tier: {e}", to.name()));
-                    // The next pass retries; a cold tier that fails once is not asked again in this pass.
-                    return Err(e);
+                    // One file that fails does not hold back the others; an object store that cannot be reached
+                    // (or that fenced this writer) is not asked again in this pass. The next pass retries.
+                    let store_down = match &e {
+                        Error::Io { source, .. } => {
+                            super::is_cold_unavailable(source)
+                                || source.kind() == io::ErrorKind::PermissionDenied
+                        }
+                        _ => false,
+                    };
+                    failed = Some(e);
+                    if store_down {
+                        break;
+                    }
                 }
             }
         }
-        Ok(moved)
+        match failed {
+            Some(e) if moved == 0 => Err(e),
+            _ => Ok(moved),
+        }
     }
 
     /// Opens `rel`'s current copy for reading.
@@ -294,6 +336,19 @@ impl Inner {
             }
             Tier::Hot => return Ok(()),
         };
+        let pins = match (to, &self.cfg.pins) {
+            (Tier::Cold, Some(pin)) => {
+                let src_fs = if f.tier == Tier::Warm {
+                    &self.warm
+                } else {
+                    &self.cfg.hot
+                };
+                let pins = pin(src_fs, &src_path)?;
+                self.write_pins(rel, &*src, &src_path, &pins)?;
+                pins
+            }
+            _ => Vec::new(),
+        };
         drop(src);
         let rec = FileRecord {
             tier: to,
@@ -301,24 +356,44 @@ impl Inner {
             crc,
             sealed_at: f.sealed_at,
             key: key.clone(),
+            pins: pins.clone(),
         };
+        if to == Tier::Cold {
+            // The conditional PUT goes out without the manifest's lock, which opens, listings and status take:
+            // a slow object store must not stall the hot tier. Moves are one at a time (`moving`).
+            let mut next = self.lock_manifest().clone();
+            next.files.insert(rel.to_string(), rec.clone());
+            let cold = self.cold.as_ref().ok_or(Error::Poisoned)?;
+            cold.record_change(|n| cold_set_body(n, &next))
+                .map_err(|e| io_err(Path::new(&cold.prefix), e))?;
+        }
         {
             let mut m = self.lock_manifest();
+            // The engine may have removed the file meanwhile: then the copy is an orphan (deleted at next open).
+            if m.files.get(rel) != Some(f) {
+                return Err(io_err(
+                    Path::new(rel),
+                    io::Error::new(
+                        io::ErrorKind::NotFound,
+                        "the file was removed during its move",
+                    ),
+                ));
+            }
             let mut next = m.clone();
             next.files.insert(rel.to_string(), rec.clone());
-            if to == Tier::Cold {
-                let cold = self.cold.as_ref().ok_or(Error::Poisoned)?;
-                cold.record_change(|n| cold_set_body(n, &next))
-                    .map_err(|e| io_err(Path::new(&cold.prefix), e))?;
-            }
             next.store(&*self.cfg.hot, &self.cfg.root)?;
             *m = next;
         }
         // Every handle now reads the new copy; their descriptors of the old one close.
-        if let Some(e) = self.lock_entries().get(rel).cloned() {
+        let entry = self.lock_entries().get(rel).cloned();
+        if let Some(e) = entry {
             let mut place = e.place.write().unwrap_or_else(|e| e.into_inner());
             *place = match to {
-                Tier::Cold => Place::Cold { key, size },
+                Tier::Cold => Place::Cold {
+                    key,
+                    size,
+                    pins: super::pin_table(&pins),
+                },
                 _ => Place::Warm,
             };
             for h in e.handles.lock().unwrap_or_else(|e| e.into_inner()).iter() {
@@ -346,12 +421,64 @@ impl Inner {
         Ok(())
     }
 
+    /// Writes the pin file of `rel`: the bytes of `pins` (ranges of `src`) back to back, durably (whole-file
+    /// replace), then reads it back and compares it with the source's bytes.
+    fn write_pins(
+        &self,
+        rel: &str,
+        src: &dyn StorageFile,
+        src_path: &Path,
+        pins: &[(u64, u64)],
+    ) -> Result<()> {
+        if pins.is_empty() {
+            return Ok(());
+        }
+        let mut bytes = Vec::new();
+        for &(start, len) in pins {
+            let n = usize::try_from(len).map_err(|_| {
+                io_err(
+                    src_path,
+                    io::Error::new(io::ErrorKind::InvalidInput, "pinned range too large"),
+                )
+            })?;
+            let at = bytes.len();
+            bytes.resize(at + n, 0);
+            src.read_exact_at(&mut bytes[at..], start)
+                .map_err(|e| io_err(src_path, e))?;
+        }
+        let path = self.pin_path(rel);
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| io_err(&path, io::Error::from(io::ErrorKind::InvalidInput)))?;
+        let hot = &*self.cfg.hot;
+        hot.create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+        drop(crate::fsutil::write_whole_file(hot, &dir, name, &bytes)?);
+        if hot.read(&path).map_err(|e| io_err(&path, e))? != bytes {
+            return Err(Error::corrupt(
+                &path,
+                0,
+                "the pin file differs from the file's bytes",
+            ));
+        }
+        Ok(())
+    }
+
     /// Step 2 and 3 for the warm tier; returns the CRC-32 both copies have.
     fn copy_to_warm(&self, rel: &str, src: &dyn StorageFile, size: u64) -> Result<u32> {
         let dst = self.warm_path(rel).ok_or_else(|| no_warm(rel))?;
         let dir = dst.parent().map(Path::to_path_buf).unwrap_or_default();
         let w = &*self.warm;
         w.create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+        // The directories on the way are durable before a file in them is named by the manifest.
+        if let Some(root) = &self.cfg.warm_dir {
+            let mut d = dir.as_path();
+            while let Some(parent) = d.parent().filter(|p| p.starts_with(root) && *p != d) {
+                w.sync_dir(parent).map_err(|e| io_err(parent, e))?;
+                d = parent;
+            }
+        }
         let tmp = dst.with_extension(format!(
             "{}.tmp",
             dst.extension().and_then(|e| e.to_str()).unwrap_or("")
@@ -392,27 +519,35 @@ impl Inner {
 
     /// The engine removes a file that is in the warm or cold tier.
     pub(super) fn forget_moved(&self, rel: &str, f: &FileRecord) -> io::Result<()> {
-        let mut m = self.lock_manifest();
-        let mut next = m.clone();
-        next.files.remove(rel);
+        let _one = self.moving.lock().unwrap_or_else(|e| e.into_inner());
         if f.tier == Tier::Cold {
+            let mut next = self.lock_manifest().clone();
+            next.files.remove(rel);
             let cold = self
                 .cold
                 .as_ref()
                 .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
             cold.record_change(|n| cold_set_body(n, &next))?;
         }
-        next.store(&*self.cfg.hot, &self.cfg.root)
-            .map_err(|e| io::Error::other(e.to_string()))?;
-        *m = next;
-        drop(m);
-        if let Some(e) = self.lock_entries().remove(rel) {
+        {
+            let mut m = self.lock_manifest();
+            let mut next = m.clone();
+            next.files.remove(rel);
+            next.store(&*self.cfg.hot, &self.cfg.root)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            *m = next;
+        }
+        let entry = self.lock_entries().remove(rel);
+        if let Some(e) = entry {
             if let (Some(c), Place::Cold { size, .. }) = (
                 &self.cold,
                 &*e.place.read().unwrap_or_else(|e| e.into_inner()),
             ) {
                 c.forget(e.id, *size);
             }
+        }
+        if !f.pins.is_empty() {
+            let _ = self.cfg.hot.remove_file(&self.pin_path(rel));
         }
         match f.tier {
             Tier::Cold => self.cold.as_ref().map_or(Ok(()), |c| c.delete(&f.key)),

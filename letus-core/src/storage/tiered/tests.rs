@@ -52,9 +52,15 @@ fn a_moved_file_is_read_through_handles_opened_before_the_move_and_only_the_acti
     assert_eq!(
         t.migrate_now().unwrap(),
         0,
-        "sealed at 1, not yet 1 version old"
+        "seen sealed at 1: its age counts from 2"
     );
     t.note_version(2);
+    assert_eq!(
+        t.migrate_now().unwrap(),
+        0,
+        "never in the version it may have been sealed in"
+    );
+    t.note_version(3);
     assert_eq!(t.migrate_now().unwrap(), 1, "only the sealed file moves");
     assert!(!dir.join("000001.vdl").exists(), "the hot copy is gone");
     assert!(warm.path().join("vdls/000001.vdl").exists());
@@ -95,7 +101,7 @@ fn an_interrupted_move_leaves_each_file_in_the_one_place_the_manifest_names() {
     drop(write(&t, &dir.join("000002.idx"), b"two"));
     t.note_version(1);
     t.migrate_now().unwrap();
-    t.note_version(2);
+    t.note_version(3);
     assert_eq!(t.migrate_now().unwrap(), 2);
     drop(t);
     // Crash after the switch, before the delete: the hot copy came back.
@@ -132,4 +138,60 @@ fn a_file_that_becomes_the_active_one_again_is_never_moved() {
     assert!(t.inner.lock_manifest().files.is_empty());
     first.write_all_at(b"!", 5).unwrap();
     assert!(dir.join("000001.vdl").exists());
+}
+
+#[test]
+fn a_second_instance_on_the_same_root_is_refused_before_it_touches_anything() {
+    let (root, warm) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let t = Tiered::open(cfg(root.path(), warm.path())).unwrap();
+    let dir = root.path().join("lsvps");
+    drop(write(&t, &dir.join("000001.idx"), b"one"));
+    t.note_version(1);
+    t.migrate_now().unwrap();
+    t.note_version(3);
+    assert_eq!(t.migrate_now().unwrap(), 1);
+    assert!(matches!(
+        Tiered::open(cfg(root.path(), warm.path())),
+        Err(Error::Locked(_))
+    ));
+    assert!(warm.path().join("lsvps/000001.idx").exists());
+    drop(t);
+    assert!(Tiered::open(cfg(root.path(), warm.path())).is_ok());
+}
+
+#[test]
+fn a_warm_directory_overlapping_the_store_is_refused_and_foreign_files_in_it_are_left_alone() {
+    let (root, warm) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    assert!(Tiered::open(cfg(root.path(), root.path())).is_err());
+    assert!(Tiered::open(cfg(root.path(), &root.path().join("warm"))).is_err());
+    assert!(Tiered::open(cfg(&warm.path().join("data"), warm.path())).is_err());
+    std::fs::create_dir_all(warm.path().join("lost+found")).unwrap();
+    std::fs::write(warm.path().join("lost+found/#1234"), b"not ours").unwrap();
+    std::fs::write(warm.path().join("notes.txt"), b"not ours").unwrap();
+    drop(Tiered::open(cfg(root.path(), warm.path())).unwrap());
+    assert!(warm.path().join("lost+found/#1234").exists());
+    assert!(warm.path().join("notes.txt").exists());
+}
+
+#[test]
+fn a_record_of_a_file_that_is_gone_does_not_block_the_moves_behind_it() {
+    let (root, warm) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let t = Tiered::open(cfg(root.path(), warm.path())).unwrap();
+    let dir = root.path().join("lsvps");
+    drop(write(&t, &dir.join("000001.idx"), b"one"));
+    t.note_version(1);
+    t.migrate_now().unwrap();
+    // Removed behind the manifest's back (a crash between the engine's remove and the manifest update).
+    std::fs::remove_file(dir.join("000001.idx")).unwrap();
+    drop(write(&t, &dir.join("000002.idx"), b"two"));
+    t.note_version(2);
+    t.migrate_now().unwrap();
+    t.note_version(5);
+    assert_eq!(t.migrate_now().unwrap(), 1);
+    assert!(warm.path().join("lsvps/000002.idx").exists());
+    assert!(!t
+        .inner
+        .lock_manifest()
+        .files
+        .contains_key("lsvps/000001.idx"));
 }
