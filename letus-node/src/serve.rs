@@ -300,6 +300,20 @@ impl TierFlags {
             return Ok(None);
         }
         let mut t = TierConfig::new(data);
+        // What opening the node reads of a cold file stays on the hot disk, so that it opens (and serves hot
+        // data) while the object store is down: the engine's pins, and block segments' headers and footers.
+        let engine_pins = t.pins.take();
+        t.pins = Some(std::sync::Arc::new(
+            move |fs: &letus_core::storage::SharedStorage, p: &Path| {
+                if p.extension().is_some_and(|e| e == "seg") {
+                    letus_node::blockstore::tier_pins(fs, p)
+                } else {
+                    engine_pins
+                        .as_ref()
+                        .map_or(Ok(Vec::new()), |pins| pins(fs, p))
+                }
+            },
+        ));
         t.policy = TierPolicy {
             warm_after_versions: warm.as_ref().map(|_| {
                 self.tier_warm_after_versions

@@ -114,6 +114,9 @@ pub struct BlockStore {
 const LOCK_FILE: &str = "blocks.lock";
 
 /// Path of segment `id` in `dir`: the id in decimal, zero-padded to at least 6 digits, `.seg`.
+/// What a sealed segment keeps on the hot disk when it goes cold (see `recovery::tier_pins`).
+pub use recovery::tier_pins;
+
 fn segment_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:06}.seg"))
 }

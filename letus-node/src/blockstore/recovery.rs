@@ -525,3 +525,22 @@ fn find_valid_record(region: &[u8], last_good: Option<u64>) -> Search {
     }
     Search::None
 }
+
+/// The ranges of sealed segment `path` that stay on the hot disk when it moves to the cold tier: its header and its
+/// footer (index and trailer), which opening the block store reads; the records themselves are read by block
+/// reads only. A segment without a valid footer keeps its header only.
+pub fn tier_pins(fs: &letus_core::storage::SharedStorage, path: &Path) -> Result<Vec<(u64, u64)>> {
+    let file = fsutil::open_read(&**fs, path)?;
+    let len = file_len(&*file, path)?;
+    let mut pins = vec![(0, len.min(HEADER_LEN))];
+    if len >= HEADER_LEN + TRAILER_LEN {
+        let mut tb = [0u8; TRAILER_LEN as usize];
+        fsutil::read_exact_at(&*file, path, &mut tb, len - TRAILER_LEN)?;
+        if let Ok(t) = super::format::decode_trailer(&tb) {
+            if t.index_offset >= HEADER_LEN && t.index_offset < len {
+                pins.push((t.index_offset, len - t.index_offset));
+            }
+        }
+    }
+    Ok(pins)
+}

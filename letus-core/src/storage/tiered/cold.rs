@@ -130,7 +130,9 @@ pub(crate) struct ColdTier {
     pub prefix: String,
     /// The next manifest number this writer creates; its epoch is the first one it created.
     next_manifest: Mutex<u64>,
-    pub epoch: u64,
+    /// This writer's epoch, 0 until it has claimed the prefix (at open, or at its first cold change if the store
+    /// could not be reached at open).
+    epoch: AtomicU64,
     /// The first line of every manifest object this writer creates (its epoch's claim and a random nonce): how it
     /// recognises an object it created when the answer to the request was lost.
     writer: String,
@@ -145,7 +147,7 @@ impl fmt::Debug for ColdTier {
         f.debug_struct("ColdTier")
             .field("store", &self.store.describe())
             .field("prefix", &self.prefix)
-            .field("epoch", &self.epoch)
+            .field("epoch", &self.epoch())
             .finish_non_exhaustive()
     }
 }
@@ -155,41 +157,55 @@ fn manifest_key(prefix: &str, n: u64) -> String {
 }
 
 impl ColdTier {
-    /// Claims the prefix: the next manifest number becomes this writer's epoch. `body` is what the claiming
-    /// manifest object holds (the store's cold set).
-    pub fn claim(
+    /// The cold tier of `store` under `prefix`, not yet claimed (no request is sent).
+    pub fn new(
         store: Arc<dyn ColdStore>,
         prefix: String,
         cache_bytes: u64,
         block_bytes: u64,
-        body: impl Fn(u64) -> Vec<u8>,
-    ) -> io::Result<ColdTier> {
-        let counters = Arc::new(ColdCounters::default());
-        let writer = writer_line();
+    ) -> ColdTier {
+        let est = usize::try_from(cache_bytes / block_bytes.max(1)).unwrap_or(usize::MAX);
+        ColdTier {
+            store,
+            prefix,
+            next_manifest: Mutex::new(0),
+            epoch: AtomicU64::new(0),
+            writer: writer_line(),
+            fenced: AtomicBool::new(false),
+            cache: Cache::with_weighter(est.clamp(16, 1 << 20), cache_bytes.max(1), BlockWeighter),
+            block_bytes: block_bytes.max(4096),
+            counters: Arc::new(ColdCounters::default()),
+        }
+    }
+
+    /// This writer's epoch (0: not claimed yet).
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Claims the prefix: the next manifest number becomes this writer's epoch, returned. `body` is what the
+    /// claiming manifest object holds (the store's cold set). Reading cold objects needs no claim; writing does.
+    pub fn claim(&self, body: impl Fn(u64) -> Vec<u8>) -> io::Result<u64> {
+        let mut next = self.next_manifest.lock().unwrap_or_else(|e| e.into_inner());
+        if self.epoch() != 0 {
+            return Ok(self.epoch());
+        }
+        let c = &*self.counters;
         let overflow =
             || io::Error::new(io::ErrorKind::InvalidData, "manifest numbers are exhausted");
-        let mut n = latest_manifest(&*store, &prefix, &counters)?
+        let mut n = latest_manifest(&*self.store, &self.prefix, c)?
             .checked_add(1)
             .ok_or_else(overflow)?;
         loop {
-            if create_manifest(&*store, &prefix, n, &writer, body(n), &counters)? {
+            if create_manifest(&*self.store, &self.prefix, n, &self.writer, body(n), c)? {
                 break;
             }
             // Another writer claimed `n` at the same moment: the later claim wins, so try the next number.
             n = n.checked_add(1).ok_or_else(overflow)?;
         }
-        let est = usize::try_from(cache_bytes / block_bytes.max(1)).unwrap_or(usize::MAX);
-        Ok(ColdTier {
-            store,
-            prefix,
-            next_manifest: Mutex::new(n.saturating_add(1)),
-            epoch: n,
-            writer,
-            fenced: AtomicBool::new(false),
-            cache: Cache::with_weighter(est.clamp(16, 1 << 20), cache_bytes.max(1), BlockWeighter),
-            block_bytes: block_bytes.max(4096),
-            counters,
-        })
+        *next = n.saturating_add(1);
+        self.epoch.store(n, Ordering::Release);
+        Ok(n)
     }
 
     /// Whether another writer has claimed the prefix since this one did.
@@ -205,6 +221,11 @@ impl ColdTier {
             return Err(fenced());
         }
         let mut next = self.next_manifest.lock().unwrap_or_else(|e| e.into_inner());
+        if self.epoch() == 0 {
+            return Err(io::Error::other(
+                "the cold tier's prefix is not claimed yet",
+            ));
+        }
         let created = create_manifest(
             &*self.store,
             &self.prefix,
@@ -228,7 +249,7 @@ impl ColdTier {
 
     /// The object key of `rel` written by this writer.
     pub fn data_key(&self, rel: &str) -> String {
-        format!("{}/data/{}/{rel}", self.prefix, self.epoch)
+        format!("{}/data/{}/{rel}", self.prefix, self.epoch())
     }
 
     /// The epoch in the name of data object `key`, if it is one of this prefix's.

@@ -62,14 +62,21 @@ pub struct TierConfig {
 /// Given a file's storage and path, the `(start, len)` ranges of it to keep on the hot disk when it goes cold.
 pub type PinFn = Arc<dyn Fn(&SharedStorage, &Path) -> Result<Vec<(u64, u64)>> + Send + Sync>;
 
-/// The pins of index files (`*.idx`): their index blocks, lookup block and footer, and the records of pages
-/// shallower than `depth` (0: none; 2: the root page; 4: the root and the pages below it). Other files: none.
+/// The pins of the engine's files: of an index file (`*.idx`) its index blocks, lookup block and footer, and the
+/// records of pages shallower than `depth` (0: none; 2: the root page; 4: the root and the pages below it); of a
+/// value-log file (`*.vdl`) its header, which opening the store reads. Other files: none.
 pub fn index_pins(depth: u8) -> PinFn {
     Arc::new(move |fs: &SharedStorage, path: &Path| {
-        if path.extension().is_some_and(|e| e == "idx") {
-            crate::lsvps::tier_pins(fs, path, depth)
-        } else {
-            Ok(Vec::new())
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("idx") => crate::lsvps::tier_pins(fs, path, depth),
+            Some("vdl") => {
+                let len = fs
+                    .open(path, OpenMode::Read)
+                    .and_then(|f| f.size())
+                    .map_err(|e| io_err(path, e))?;
+                Ok(vec![(0, len.min(crate::vdls::HEADER_LEN))])
+            }
+            _ => Ok(Vec::new()),
         }
     })
 }
@@ -332,26 +339,15 @@ impl Tiered {
                 ));
             }
         }
-        let mut manifest = Manifest::load(&*hot, &cfg.root)?;
-        let cold = match &cfg.cold {
-            Some(store) => {
-                let body = |n: u64| cold_set_body(n, &manifest);
-                let tier = ColdTier::claim(
-                    store.clone(),
-                    cfg.cold_prefix.trim_end_matches('/').to_string(),
-                    cfg.cold_cache_bytes,
-                    cfg.cold_block_bytes,
-                    body,
-                )
-                .map_err(|e| io_err(Path::new(&cfg.cold_prefix), e))?;
-                Some(tier)
-            }
-            None => None,
-        };
-        if let Some(c) = &cold {
-            manifest.epoch = c.epoch;
-            manifest.epochs.push(c.epoch);
-        }
+        let manifest = Manifest::load(&*hot, &cfg.root)?;
+        let cold = cfg.cold.as_ref().map(|store| {
+            ColdTier::new(
+                store.clone(),
+                cfg.cold_prefix.trim_end_matches('/').to_string(),
+                cfg.cold_cache_bytes,
+                cfg.cold_block_bytes,
+            )
+        });
         let inner = Inner {
             _lock: lock,
             warm,
@@ -371,10 +367,18 @@ impl Tiered {
             mover: Arc::new(Mutex::new(None)),
         };
         if t.inner.cold.is_some() {
-            // The epoch claimed is durable before any object of it is written.
-            t.inner
-                .lock_manifest()
-                .store(&*t.inner.cfg.hot, &t.inner.cfg.root)?;
+            // Claimed now if the object store answers; if it cannot be reached the store opens all the same (hot
+            // reads and commits need no object store) and the first move to the cold tier claims it.
+            match t.inner.claim_cold() {
+                Ok(()) => {}
+                Err(Error::Io { source, .. }) if is_cold_unavailable(&source) => {
+                    *t.inner.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
+                        "the object store could not be reached at open ({source}); cold reads fail until it \
+                         answers, and the first move to it claims the prefix"
+                    ));
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(t)
     }
@@ -599,19 +603,43 @@ impl Inner {
                 hot.remove_file(&p).map_err(|e| io_err(&p, e))?;
             }
         }
-        if let Some(c) = &self.cold {
-            let used: std::collections::HashSet<&str> = m
-                .files
-                .values()
-                .filter(|f| f.tier == Tier::Cold)
-                .map(|f| f.key.as_str())
-                .collect();
-            let keys = c.list_data().map_err(|e| io_err(Path::new(&c.prefix), e))?;
-            for k in keys {
-                let ours = c.epoch_of(&k).is_some_and(|e| m.epochs.contains(&e));
-                if ours && !used.contains(k.as_str()) {
-                    c.delete(&k).map_err(|e| io_err(Path::new(&k), e))?;
-                }
+        Ok(())
+    }
+
+    /// Claims the cold prefix if this instance has not yet: the epoch is made durable in the local manifest before
+    /// any object of it is written, then the objects of this store's earlier epochs that the manifest does not
+    /// name (uploads a crash interrupted before their switch) are deleted.
+    fn claim_cold(&self) -> Result<()> {
+        let Some(c) = &self.cold else { return Ok(()) };
+        if c.epoch() != 0 {
+            return Ok(());
+        }
+        let snapshot = self.lock_manifest().clone();
+        let epoch = c
+            .claim(|n| cold_set_body(n, &snapshot))
+            .map_err(|e| io_err(Path::new(&c.prefix), e))?;
+        let m = {
+            let mut m = self.lock_manifest();
+            let mut next = m.clone();
+            next.epoch = epoch;
+            next.epochs.push(epoch);
+            next.store(&*self.cfg.hot, &self.cfg.root)?;
+            *m = next.clone();
+            next
+        };
+        let used: std::collections::HashSet<&str> = m
+            .files
+            .values()
+            .filter(|f| f.tier == Tier::Cold)
+            .map(|f| f.key.as_str())
+            .collect();
+        let keys = c.list_data().map_err(|e| io_err(Path::new(&c.prefix), e))?;
+        for k in keys {
+            let ours = c
+                .epoch_of(&k)
+                .is_some_and(|e| e != epoch && m.epochs.contains(&e));
+            if ours && !used.contains(k.as_str()) {
+                c.delete(&k).map_err(|e| io_err(Path::new(&k), e))?;
             }
         }
         Ok(())

@@ -319,6 +319,7 @@ impl Inner {
         let crc = match to {
             Tier::Warm => self.copy_to_warm(rel, &*src, size)?,
             Tier::Cold => {
+                self.claim_cold()?;
                 let cold = self.cold.as_ref().ok_or(Error::Poisoned)?;
                 key = cold.data_key(rel);
                 let want = crc_of(&*src, &src_path, size)?;
@@ -521,6 +522,8 @@ impl Inner {
     pub(super) fn forget_moved(&self, rel: &str, f: &FileRecord) -> io::Result<()> {
         let _one = self.moving.lock().unwrap_or_else(|e| e.into_inner());
         if f.tier == Tier::Cold {
+            self.claim_cold()
+                .map_err(|e| io::Error::other(e.to_string()))?;
             let mut next = self.lock_manifest().clone();
             next.files.remove(rel);
             let cold = self
