@@ -150,12 +150,7 @@ impl Metrics {
             "Committed puts and deletes",
             m.updates,
         );
-        let gauge = |name: &str, help: &str, v: f64| {
-            if let Ok(g) = Gauge::new(name, help) {
-                g.set(v);
-                let _ = engine.register(Box::new(g));
-            }
-        };
+        let gauge = |name: &str, help: &str, v: f64| set_gauge(&engine, name, help, v);
         let lookups = (m.page_cache_hits + m.page_cache_misses).max(1) as f64;
         gauge(
             "letus_page_cache_hit_ratio",
@@ -239,12 +234,7 @@ pub fn render_tiers(t: &letus_core::storage::tiered::TierStatus) -> String {
             ("error", t.cold_requests[4] as f64),
         ],
     );
-    let gauge = |name: &str, help: &str, v: f64| {
-        if let Ok(g) = Gauge::new(name, help) {
-            g.set(v);
-            let _ = reg.register(Box::new(g));
-        }
-    };
+    let gauge = |name: &str, help: &str, v: f64| set_gauge(&reg, name, help, v);
     gauge(
         "letus_tier_hot_other_bytes",
         "Bytes on the hot disk that are not tiered (active files, logs)",
@@ -284,4 +274,12 @@ pub fn render_tiers(t: &letus_core::storage::tiered::TierStatus) -> String {
     let mut buf = Vec::new();
     let _ = TextEncoder::new().encode(&reg.gather(), &mut buf);
     String::from_utf8(buf).unwrap_or_default()
+}
+
+/// Registers gauge `name` with value `v` in `reg` (a render's own registry; a name registered twice is skipped).
+fn set_gauge(reg: &Registry, name: &str, help: &str, v: f64) {
+    if let Ok(g) = Gauge::new(name, help) {
+        g.set(v);
+        let _ = reg.register(Box::new(g));
+    }
 }

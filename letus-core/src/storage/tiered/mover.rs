@@ -490,20 +490,10 @@ impl Inner {
         let out = w
             .open(&tmp, OpenMode::CreateNew)
             .map_err(|e| io_err(&tmp, e))?;
-        let mut h = crc32fast::Hasher::new();
-        let mut buf = vec![0u8; CHUNK];
-        let mut at = 0u64;
-        while at < size {
-            let n = usize::try_from((size - at).min(CHUNK as u64)).unwrap_or(CHUNK);
-            src.read_exact_at(&mut buf[..n], at)
-                .map_err(|e| io_err(Path::new(rel), e))?;
-            h.update(&buf[..n]);
-            out.write_all_at(&buf[..n], at)
-                .map_err(|e| io_err(&tmp, e))?;
-            at += n as u64;
-        }
+        let want = scan(src, Path::new(rel), size, |at, bytes| {
+            out.write_all_at(bytes, at).map_err(|e| io_err(&tmp, e))
+        })?;
         out.sync_data().map_err(|e| io_err(&tmp, e))?;
-        let want = h.finalize();
         let got = crc_of(&*out, &tmp, size)?;
         drop(out);
         if got != want {
@@ -570,8 +560,14 @@ fn no_warm(rel: &str) -> Error {
     )
 }
 
-/// CRC-32 of the first `size` bytes of `file`.
-fn crc_of(file: &dyn StorageFile, path: &Path, size: u64) -> Result<u32> {
+/// Reads the first `size` bytes of `file` in `CHUNK`s, handing each to `each` with its offset; returns their
+/// CRC-32.
+fn scan(
+    file: &dyn StorageFile,
+    path: &Path,
+    size: u64,
+    mut each: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<u32> {
     let mut h = crc32fast::Hasher::new();
     let mut buf = vec![0u8; CHUNK];
     let mut at = 0u64;
@@ -580,9 +576,15 @@ fn crc_of(file: &dyn StorageFile, path: &Path, size: u64) -> Result<u32> {
         file.read_exact_at(&mut buf[..n], at)
             .map_err(|e| io_err(path, e))?;
         h.update(&buf[..n]);
+        each(at, &buf[..n])?;
         at += n as u64;
     }
     Ok(h.finalize())
+}
+
+/// CRC-32 of the first `size` bytes of `file`.
+fn crc_of(file: &dyn StorageFile, path: &Path, size: u64) -> Result<u32> {
+    scan(file, path, size, |_, _| Ok(()))
 }
 
 /// CRC-32 of object `key` as the store returns it, by ranged GETs of `CHUNK` bytes.
