@@ -19,6 +19,8 @@ MAX_KEYS = 10_000
 MAX_KEY_BYTES = 65_535
 MAX_VALUE_BYTES = 16_777_216
 MAX_HISTORY_HASHES = 128
+MAX_SNAPSHOT_ITEMS = 262_144
+MAX_CHUNK_BYTES = 67_108_864
 
 class VerifyError(Exception):
     def __init__(self, code):
@@ -509,6 +511,102 @@ def read_export(stream, trusted_root):
     fail_if(root.finalize() != trusted_root, "root_mismatch")
     return root.count
 
+# ---------------------------------------------------------------- §12 snapshots
+
+class Cursor:
+    def __init__(self, b, pos=0):
+        self.b, self.pos = b, pos
+
+    def take(self, n):
+        fail_if(self.pos + n > len(self.b), "truncated")
+        out = self.b[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def u8(self):
+        return self.take(1)[0]
+
+    def u32(self):
+        return int.from_bytes(self.take(4), "little")
+
+    def u64(self):
+        return int.from_bytes(self.take(8), "little")
+
+    def end(self):
+        fail_if(self.pos != len(self.b), "trailing_data")
+
+def read_position(c):
+    """§12.1: depth and prefix of an entry or chunk."""
+    depth = c.u8()
+    fail_if(depth > 64, "malformed")
+    prefix = c.take(32)
+    fail_if(any(nibble(prefix, i) != 0 for i in range(depth, 64)), "non_canonical")
+    return depth, prefix
+
+def decode_manifest(b):
+    check_header(b, 0x05)
+    c = Cursor(b, 2)
+    tid, version, root, n = c.u32(), c.u64(), c.take(32), c.u32()
+    fail_if(n > MAX_SNAPSHOT_ITEMS, "too_large")
+    items = []
+    for _ in range(n):
+        depth, prefix = read_position(c)
+        count = c.u64()
+        fail_if(count == 0, "malformed")
+        items.append((depth, prefix, count, c.take(32)))
+    c.end()
+    return tid, version, root, items
+
+def manifest_root(items, d):
+    """§12.2 H(E, d)."""
+    if not items:
+        return EMPTY
+    if len(items) == 1 and (items[0][0] == d or items[0][2] == 1):
+        return items[0][3]
+    return fold([manifest_root([e for e in items if nibble(e[1], d) == ch], d + 1) for ch in range(16)])
+
+def verify_manifest(b, tid, version, trusted):
+    mtid, mversion, _claimed, items = decode_manifest(b)
+    fail_if((mtid, mversion) != (tid, version), "wrong_snapshot")
+    fail_if(sum(e[2] for e in items) >= 2 ** 64, "malformed")
+    for a, e in zip(items, items[1:]):
+        m = min(a[0], e[0])
+        l = min(lcp(a[1], e[1]), m)
+        fail_if(not (l < m and nibble(a[1], l) < nibble(e[1], l)), "out_of_order")
+    fail_if(manifest_root(items, 0) != trusted, "root_mismatch")
+    return items
+
+def verify_chunk(items, mtid, mversion, index, b):
+    fail_if(len(b) > MAX_CHUNK_BYTES, "too_large")
+    check_header(b, 0x06)
+    c = Cursor(b, 2)
+    tid, version, cindex = c.u32(), c.u64(), c.u32()
+    depth, prefix = read_position(c)
+    count = c.u64()
+    fail_if(count == 0, "malformed")
+    pairs = []
+    for _ in range(count):
+        kl, vl = c.u32(), c.u32()
+        fail_if(kl > MAX_KEY_BYTES, "too_large")
+        fail_if(vl > MAX_VALUE_BYTES, "too_large")
+        pairs.append((c.take(kl), c.take(vl)))
+    c.end()
+    fail_if(index >= len(items) or cindex != index, "chunk_mismatch")
+    fail_if((tid, version) != (mtid, mversion), "wrong_snapshot")
+    e = items[index]
+    fail_if((depth, prefix) != (e[0], e[1]), "chunk_mismatch")
+    leaves, prev = [], None
+    for k, v in pairs:
+        p = path_of(k)
+        fail_if(lcp(p, e[1]) < e[0], "outside_chunk")
+        fail_if(prev is not None and p == prev, "duplicate_key")
+        fail_if(prev is not None and p < prev, "out_of_order")
+        prev = p
+        leaves.append((p, leaf_hash(p, value_hash(v))))
+    fail_if(node_hash(e[0], leaves) != e[3], "root_mismatch")
+    fail_if(len(pairs) != e[2], "count_mismatch")
+    return len(pairs)
+
 # ---------------------------------------------------------------- vector checking
 
 def run(fn):
@@ -632,7 +730,26 @@ def check_exports(case):
         problem = f"record count {result['n']}, vector {case['records']}"
     return problem
 
-CHECKERS = {"roots": check_roots, "proofs": check_proofs, "history": check_history,
+def check_snapshots(case):
+    result = {}
+    args = (case["tid"], case["version"], hx(case["trusted_root"]))
+
+    def manifest():
+        result["n"] = sum(e[2] for e in verify_manifest(hx(case["manifest"]), *args))
+
+    def chunk():
+        items = verify_manifest(hx(case["manifest"]), *args)
+        result["n"] = verify_chunk(items, case["tid"], case["version"], case["index"], hx(case["chunk"]))
+    t = case["type"]
+    if t not in ("manifest", "chunk"):
+        return f"unknown snapshot case type {t!r}"
+    problem = expect(case, run(manifest if t == "manifest" else chunk))
+    want = case.get("pairs" if t == "manifest" else "records")
+    if problem is None and case.get("valid") and result["n"] != want:
+        problem = f"count {result['n']}, vector {want}"
+    return problem
+
+CHECKERS = {"snapshots": check_snapshots, "roots": check_roots, "proofs": check_proofs, "history": check_history,
             "digests": check_digests, "exports": check_exports}
 
 def main():

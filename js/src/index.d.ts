@@ -170,6 +170,24 @@ export class FullVerifier {
   ): Promise<FullResult>;
 }
 
+// ------------------------------------------------------------------ snapshots in chunks (SPEC.md §12)
+
+export interface SnapshotEntry { depth: number; prefix: string; count: bigint; hash: string }
+
+export class SnapshotVerifier {
+  /** Verifies a manifest against a trusted root; rejects with `code` (`root_mismatch`, `wrong_snapshot`, ...). */
+  static fromManifest(
+    manifest: BytesLike,
+    options: { tid: number; version: bigint | number | string; trustedRoot: BytesLike },
+  ): Promise<SnapshotVerifier>;
+  readonly entries: number;
+  readonly pairs: bigint;
+  entry(index: number): SnapshotEntry | undefined;
+  /** Verifies one chunk as entry `index`; throws a LetusVerifyError (`root_mismatch`, `outside_chunk`, ...). */
+  verifyChunk(index: number, chunk: BytesLike): { key: Uint8Array; value: Uint8Array }[];
+  free(): void;
+}
+
 // ------------------------------------------------------------------ node client (letus-node/API.md)
 
 export interface ClientOptions {

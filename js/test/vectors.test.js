@@ -5,6 +5,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import {
   DigestMonitor,
   FullVerifier,
+  SnapshotVerifier,
   LetusVerifyError,
   decodeDigest,
   digestFromJson,
@@ -202,6 +203,38 @@ const runners = {
       return;
     }
     assert.fail(`unknown digest case type ${c.type}`);
+  },
+
+  async snapshots(c) {
+    let sv;
+    const opts = { tid: c.tid, version: BigInt(c.version), trustedRoot: c.trusted_root };
+    if (c.type === 'manifest') {
+      const code = await outcome(async () => {
+        sv = await SnapshotVerifier.fromManifest(c.manifest, opts);
+      });
+      expectCase(c, code);
+      if (c.valid) {
+        assert.equal(sv.pairs, BigInt(c.pairs));
+        let sum = 0n;
+        for (let i = 0; i < sv.entries; i++) sum += sv.entry(i).count;
+        assert.equal(sum, BigInt(c.pairs));
+        assert.equal(sv.entry(sv.entries), undefined);
+        sv.free();
+      }
+      return;
+    }
+    if (c.type === 'chunk') {
+      sv = await SnapshotVerifier.fromManifest(c.manifest, opts);
+      let pairs;
+      const code = await outcome(async () => {
+        pairs = sv.verifyChunk(c.index, c.chunk);
+      });
+      sv.free();
+      expectCase(c, code);
+      if (c.valid) assert.equal(pairs.length, c.records);
+      return;
+    }
+    assert.fail(`unknown snapshot case type ${c.type}`);
   },
 
   async exports(c) {

@@ -11,6 +11,7 @@ use letus_verify::hash::{history_leaf, value_hash};
 use letus_verify::hex::encode as hex;
 use letus_verify::proof::Record;
 use letus_verify::reference::ReferenceTrie;
+use letus_verify::snapshot::{Chunk, Manifest, ManifestBuilder, CHUNK_HEAD_LEN, MANIFEST_HEAD_LEN};
 use letus_verify::{Digest, DigestChecker, Hash, HistoryTree, KeyPath, Proof, EMPTY};
 use serde_json::{json, Value};
 
@@ -1220,6 +1221,343 @@ fn exports() -> Vec<Value> {
     cases
 }
 
+/// The manifest of `t` with entries of at most `max` pairs below depth `top`, and each entry's pairs.
+fn snapshot_of(
+    t: &ReferenceTrie,
+    tid: u32,
+    version: u64,
+    top: u8,
+    max: u64,
+) -> (Manifest, Vec<Pairs>) {
+    let mut b = ManifestBuilder::new(top, max);
+    for (k, v) in t.pairs() {
+        b.push_pair(k, v)
+            .expect("reference pairs come in path order");
+    }
+    let items = b.finish();
+    let chunks = items
+        .iter()
+        .map(|it| {
+            t.pairs()
+                .filter(|(k, _)| it.covers(&KeyPath::of(k)))
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .collect()
+        })
+        .collect();
+    let m = Manifest {
+        tid,
+        version,
+        root: t.root(),
+        items,
+    };
+    (m, chunks)
+}
+
+fn chunk_bytes(m: &Manifest, index: u32, pairs: &Pairs) -> Vec<u8> {
+    let it = m.items[index as usize];
+    Chunk {
+        tid: m.tid,
+        version: m.version,
+        index,
+        depth: it.depth,
+        prefix: it.prefix,
+        pairs: pairs.clone(),
+    }
+    .encode()
+}
+
+fn snapshots() -> Vec<Value> {
+    let t = ReferenceTrie::from_pairs((0..60).map(|i| (key(i), val(i))));
+    let (m, chunks) = snapshot_of(&t, 2, 30, 1, 5);
+    let root = t.root();
+    let head = |name: &str, typ: &str, m: &[u8], trusted: &Hash| {
+        json!({"name": name, "type": typ, "tid": 2, "version": 30, "trusted_root": trusted.to_hex(),
+               "manifest": hex(m)})
+    };
+    let manifest = |name: &str, bytes: &[u8], trusted: &Hash, r: Result<u64, &str>| {
+        let mut c = head(name, "manifest", bytes, trusted);
+        match r {
+            Ok(n) => {
+                c["valid"] = json!(true);
+                c["pairs"] = json!(n);
+            }
+            Err(e) => c["error"] = json!(e),
+        }
+        c
+    };
+    let enc = m.encode();
+    let mut cases = vec![manifest(
+        "sixty pairs, entries of at most five pairs below depth 1",
+        &enc,
+        &root,
+        Ok(60),
+    )];
+    let (whole, _) = snapshot_of(&t, 2, 30, 0, 1000);
+    cases.push(manifest(
+        "one entry holding everything",
+        &whole.encode(),
+        &root,
+        Ok(60),
+    ));
+    let (deep, _) = snapshot_of(&t, 2, 30, 3, 1000);
+    cases.push(manifest(
+        "entries at depth 3, most of them single pairs listed below their leaves",
+        &deep.encode(),
+        &root,
+        Ok(60),
+    ));
+    let empty = Manifest {
+        tid: 2,
+        version: 30,
+        root: EMPTY,
+        items: vec![],
+    };
+    cases.push(manifest("the empty trie", &empty.encode(), &EMPTY, Ok(0)));
+    cases.push(manifest(
+        "untrusted root in the header is not enough",
+        &enc,
+        &value_hash(b"x"),
+        Err("root_mismatch"),
+    ));
+    let mut other = m.clone();
+    other.version = 31;
+    cases.push(manifest(
+        "another version",
+        &other.encode(),
+        &root,
+        Err("wrong_snapshot"),
+    ));
+    let mut swapped = m.clone();
+    swapped.items.swap(1, 2);
+    cases.push(manifest(
+        "entries out of path order",
+        &swapped.encode(),
+        &root,
+        Err("out_of_order"),
+    ));
+    let mut nested = m.clone();
+    let mut inner = nested.items[1];
+    inner.depth += 1;
+    nested.items.insert(2, inner);
+    cases.push(manifest(
+        "an entry inside the previous one",
+        &nested.encode(),
+        &root,
+        Err("out_of_order"),
+    ));
+    let mut dropped = m.clone();
+    dropped.items.remove(4);
+    cases.push(manifest(
+        "an entry left out",
+        &dropped.encode(),
+        &root,
+        Err("root_mismatch"),
+    ));
+    let mut flipped = m.clone();
+    flipped.items[0].hash.0[31] ^= 1;
+    cases.push(manifest(
+        "an entry's hash changed",
+        &flipped.encode(),
+        &root,
+        Err("root_mismatch"),
+    ));
+    let mut zero = enc.clone();
+    let count_at = MANIFEST_HEAD_LEN + 1 + 32;
+    zero[count_at..count_at + 8].copy_from_slice(&0u64.to_le_bytes());
+    cases.push(manifest(
+        "an entry with no pairs",
+        &zero,
+        &root,
+        Err("malformed"),
+    ));
+    let mut deep_byte = enc.clone();
+    deep_byte[MANIFEST_HEAD_LEN] = 65;
+    cases.push(manifest(
+        "an entry at depth 65",
+        &deep_byte,
+        &root,
+        Err("malformed"),
+    ));
+    let mut nibble = enc.clone();
+    nibble[MANIFEST_HEAD_LEN + 1 + 31] = 1;
+    cases.push(manifest(
+        "a non-zero nibble after an entry's depth",
+        &nibble,
+        &root,
+        Err("non_canonical"),
+    ));
+    cases.push(manifest(
+        "cut inside an entry",
+        &enc[..enc.len() - 1],
+        &root,
+        Err("truncated"),
+    ));
+    cases.push(manifest(
+        "a byte after the last entry",
+        &[enc.clone(), vec![0]].concat(),
+        &root,
+        Err("trailing_data"),
+    ));
+    let mut many = enc[..MANIFEST_HEAD_LEN].to_vec();
+    many[MANIFEST_HEAD_LEN - 4..].copy_from_slice(&262_145u32.to_le_bytes());
+    cases.push(manifest(
+        "more entries than the limit",
+        &many,
+        &root,
+        Err("too_large"),
+    ));
+    let mut typ = enc.clone();
+    typ[1] = 0x06;
+    cases.push(manifest(
+        "a chunk where a manifest was expected",
+        &typ,
+        &root,
+        Err("wrong_type"),
+    ));
+
+    let chunk = |name: &str, index: u32, bytes: &[u8], r: Result<u64, &str>| {
+        let mut c = head(name, "chunk", &enc, &root);
+        c["index"] = json!(index);
+        c["chunk"] = json!(hex(bytes));
+        match r {
+            Ok(n) => {
+                c["valid"] = json!(true);
+                c["records"] = json!(n);
+            }
+            Err(e) => c["error"] = json!(e),
+        }
+        c
+    };
+    let i = chunks
+        .iter()
+        .position(|c| c.len() >= 3)
+        .expect("an entry of three pairs or more") as u32;
+    let good = &chunks[i as usize];
+    let single = chunks
+        .iter()
+        .position(|c| c.len() == 1)
+        .expect("an entry of one pair") as u32;
+    cases.push(chunk(
+        "a chunk of several pairs",
+        i,
+        &chunk_bytes(&m, i, good),
+        Ok(good.len() as u64),
+    ));
+    cases.push(chunk(
+        "a chunk of one pair",
+        single,
+        &chunk_bytes(&m, single, &chunks[single as usize]),
+        Ok(1),
+    ));
+    cases.push(chunk(
+        "checked as another entry",
+        i + 1,
+        &chunk_bytes(&m, i, good),
+        Err("chunk_mismatch"),
+    ));
+    let mut wrong_index = chunk_bytes(&m, i, good);
+    wrong_index[14..18].copy_from_slice(&(i + 1).to_le_bytes());
+    cases.push(chunk(
+        "another entry's chunk",
+        i,
+        &wrong_index,
+        Err("chunk_mismatch"),
+    ));
+    cases.push(chunk(
+        "an index beyond the manifest",
+        m.items.len() as u32,
+        &chunk_bytes(&m, i, good),
+        Err("chunk_mismatch"),
+    ));
+    let mut other_version = chunk_bytes(&m, i, good);
+    other_version[6..14].copy_from_slice(&31u64.to_le_bytes());
+    cases.push(chunk(
+        "another version",
+        i,
+        &other_version,
+        Err("wrong_snapshot"),
+    ));
+    let mut changed = good.clone();
+    changed[0].1.push(b'!');
+    cases.push(chunk(
+        "a value changed",
+        i,
+        &chunk_bytes(&m, i, &changed),
+        Err("root_mismatch"),
+    ));
+    let mut missing = good.clone();
+    missing.pop();
+    cases.push(chunk(
+        "a pair left out",
+        i,
+        &chunk_bytes(&m, i, &missing),
+        Err("root_mismatch"),
+    ));
+    let mut swapped = good.clone();
+    swapped.swap(0, 1);
+    cases.push(chunk(
+        "pairs out of path order",
+        i,
+        &chunk_bytes(&m, i, &swapped),
+        Err("out_of_order"),
+    ));
+    let mut dup = good.clone();
+    dup.insert(1, dup[0].clone());
+    cases.push(chunk(
+        "the same key twice",
+        i,
+        &chunk_bytes(&m, i, &dup),
+        Err("duplicate_key"),
+    ));
+    let mut outside = good.clone();
+    let stranger = (0..60)
+        .map(|j| (key(j), val(j)))
+        .find(|(k, _)| !m.items[i as usize].covers(&KeyPath::of(k)))
+        .expect("a key of another entry");
+    outside[0] = stranger;
+    cases.push(chunk(
+        "a pair of another subtree",
+        i,
+        &chunk_bytes(&m, i, &outside),
+        Err("outside_chunk"),
+    ));
+    let gb = chunk_bytes(&m, i, good);
+    cases.push(chunk(
+        "cut inside the last record",
+        i,
+        &gb[..gb.len() - 1],
+        Err("truncated"),
+    ));
+    cases.push(chunk(
+        "a byte after the last record",
+        i,
+        &[gb.clone(), vec![0]].concat(),
+        Err("trailing_data"),
+    ));
+    let mut big = gb[..CHUNK_HEAD_LEN].to_vec();
+    big.extend_from_slice(&70_000u32.to_le_bytes());
+    big.extend_from_slice(&0u32.to_le_bytes());
+    cases.push(chunk(
+        "a key length above the limit",
+        i,
+        &big,
+        Err("too_large"),
+    ));
+    // The manifest miscounts an entry: the root still verifies (counts above one are not hashed), the chunk's
+    // pairs verify, and the count check names the manifest.
+    let mut miscount = m.clone();
+    miscount.items[i as usize].count += 1;
+    let mut c = chunk(
+        "the manifest miscounts the entry",
+        i,
+        &chunk_bytes(&m, i, good),
+        Err("count_mismatch"),
+    );
+    c["manifest"] = json!(hex(&miscount.encode()));
+    cases.push(c);
+    cases
+}
+
 fn main() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vectors");
     std::fs::create_dir_all(&dir).expect("create vectors/");
@@ -1248,6 +1586,11 @@ fn main() {
             "exports",
             "State export streams for full verification (SPEC.md §9)",
             exports(),
+        ),
+        (
+            "snapshots",
+            "Snapshot manifests and chunks (SPEC.md §12)",
+            snapshots(),
         ),
     ];
     for (kind, description, cases) in files {

@@ -3,7 +3,7 @@
 
 use core::fmt;
 
-use crate::Hash;
+use crate::{Hash, TrieId, Version};
 
 /// Decoding a binary or JSON object failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -369,5 +369,98 @@ impl From<DecodeError> for ExportError {
 impl From<FullVerifyError> for ExportError {
     fn from(e: FullVerifyError) -> Self {
         ExportError::Verify(e)
+    }
+}
+
+/// A snapshot manifest or chunk did not verify (SPEC.md §12).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// The object could not be decoded.
+    Decode(DecodeError),
+    /// The object is for another trie or version than the one asked for.
+    WrongSnapshot {
+        /// `(tid, version)` asked for.
+        expected: (TrieId, Version),
+        /// `(tid, version)` the object names.
+        found: (TrieId, Version),
+    },
+    /// Manifest entry or chunk pair number `index` is not after the previous one (for entries: or lies inside it).
+    OutOfOrder(u64),
+    /// Chunk pair number `index` repeats the previous key.
+    DuplicateKey(u64),
+    /// Chunk pair number `index` is not in the entry's subtree.
+    OutsideChunk(u64),
+    /// The chunk names another entry, subtree or index than the one it is checked as.
+    ChunkMismatch(&'static str),
+    /// The recomputed hash (of the manifest's root, or of a chunk's subtree) differs from the trusted one.
+    RootMismatch {
+        /// The trusted hash.
+        expected: Hash,
+        /// The recomputed hash.
+        computed: Hash,
+    },
+    /// The chunk's pairs verify, but the manifest's count for the entry is wrong: the manifest is at fault.
+    CountMismatch {
+        /// Count in the manifest.
+        manifest: u64,
+        /// Pairs in the chunk.
+        chunk: u64,
+    },
+}
+
+impl SnapshotError {
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SnapshotError::Decode(e) => e.code(),
+            SnapshotError::WrongSnapshot { .. } => "wrong_snapshot",
+            SnapshotError::OutOfOrder(_) => "out_of_order",
+            SnapshotError::DuplicateKey(_) => "duplicate_key",
+            SnapshotError::OutsideChunk(_) => "outside_chunk",
+            SnapshotError::ChunkMismatch(_) => "chunk_mismatch",
+            SnapshotError::RootMismatch { .. } => "root_mismatch",
+            SnapshotError::CountMismatch { .. } => "count_mismatch",
+        }
+    }
+}
+
+impl fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SnapshotError::Decode(e) => write!(f, "bad snapshot object: {e}"),
+            SnapshotError::WrongSnapshot { expected, found } => write!(
+                f,
+                "object is for trie {} version {}, not trie {} version {}",
+                found.0, found.1, expected.0, expected.1
+            ),
+            SnapshotError::OutOfOrder(i) => write!(f, "entry or pair {i} is out of path order"),
+            SnapshotError::DuplicateKey(i) => write!(f, "pair {i} repeats the previous key"),
+            SnapshotError::OutsideChunk(i) => write!(f, "pair {i} lies outside the chunk's subtree"),
+            SnapshotError::ChunkMismatch(why) => write!(f, "chunk does not match its entry: {why}"),
+            SnapshotError::RootMismatch { expected, computed } => write!(
+                f,
+                "recomputed hash {computed} differs from the trusted hash {expected}"
+            ),
+            SnapshotError::CountMismatch { manifest, chunk } => write!(
+                f,
+                "the chunk verifies with {chunk} pairs but the manifest says {manifest}: the manifest is wrong"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for SnapshotError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            SnapshotError::Decode(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<DecodeError> for SnapshotError {
+    fn from(e: DecodeError) -> Self {
+        SnapshotError::Decode(e)
     }
 }

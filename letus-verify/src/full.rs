@@ -60,7 +60,11 @@ impl FullVerifier {
         path: KeyPath,
         value_hash: &Hash,
     ) -> Result<(), FullVerifyError> {
-        let leaf = leaf_hash(&path, value_hash);
+        self.update_leaf(path, leaf_hash(&path, value_hash))
+    }
+
+    /// Feeds the next leaf given its path and leaf hash (what a store keeps in its pages).
+    pub fn update_leaf(&mut self, path: KeyPath, leaf: Hash) -> Result<(), FullVerifyError> {
         if let Some((prev_path, prev_hash)) = self.prev {
             if path == prev_path {
                 return Err(FullVerifyError::DuplicateKey(self.count));
@@ -114,16 +118,25 @@ impl FullVerifier {
     }
 
     /// The root of all pairs fed.
-    pub fn finalize(mut self) -> Hash {
+    pub fn finalize(self) -> Hash {
+        self.finalize_at(0)
+    }
+
+    /// The hash of the node at depth `depth` that covers every pair fed (SPEC.md §12.3): the caller guarantees
+    /// that all their paths share their first `depth` nibbles (`finalize_at(0)` is [`FullVerifier::finalize`]).
+    /// One pair gives its leaf hash, none gives `EMPTY`.
+    pub fn finalize_at(mut self, depth: usize) -> Hash {
         let Some((path, leaf)) = self.prev else {
             return EMPTY;
         };
         let Some(lcp) = self.prev_lcp else {
             return leaf;
         };
+        // Every lcp is at least `depth`, so the shallowest open branch is at `depth` or below it.
+        let depth = depth.min(lcp);
         self.place(&path, &leaf, lcp + 1);
-        self.close_above(0, &path);
-        self.stack.pop().map_or(EMPTY, |root| fold(&root.children))
+        self.close_above(depth, &path);
+        self.stack.pop().map_or(EMPTY, |top| fold(&top.children))
     }
 
     /// Finalizes and compares with a trusted root.

@@ -13,6 +13,7 @@
 //!   proofs;
 //! - [`full`]: streaming full verification with memory bounded by the trie depth, and [`export`], the state
 //!   export stream it reads;
+//! - [`snapshot`]: a state in chunks, each verified on arrival against a manifest that verifies against the root;
 //! - `reference` (feature `reference`): the obviously-correct in-memory DMM-Trie used as the test oracle.
 //!
 //! The crate is `no_std` + `alloc` and forbids `unsafe`; it builds for `wasm32-unknown-unknown` and for bare-metal
@@ -39,6 +40,7 @@ pub mod limits;
 pub mod path;
 pub mod proof;
 pub mod proof_json;
+pub mod snapshot;
 pub mod verify;
 mod wire;
 
@@ -46,7 +48,9 @@ mod wire;
 pub mod reference;
 
 pub use digest::{Commitment, Digest, DigestChecker, Report, SourceId};
-pub use error::{DecodeError, ExportError, FullVerifyError, HistoryError, ProofError};
+pub use error::{
+    DecodeError, ExportError, FullVerifyError, HistoryError, ProofError, SnapshotError,
+};
 pub use full::FullVerifier;
 pub use hash::{Hash, EMPTY};
 pub use history::{ConsistencyProof, HistoryTree, HistoryTreeError, InclusionProof};

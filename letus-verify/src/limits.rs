@@ -11,6 +11,10 @@ pub struct Limits {
     pub max_key_bytes: usize,
     /// Longest value, in bytes.
     pub max_value_bytes: usize,
+    /// Most entries in one snapshot manifest.
+    pub max_snapshot_items: usize,
+    /// Largest encoded snapshot chunk, in bytes.
+    pub max_chunk_bytes: usize,
 }
 
 impl Default for Limits {
@@ -20,6 +24,8 @@ impl Default for Limits {
             max_keys: 10_000,
             max_key_bytes: 65_535,
             max_value_bytes: 16 * 1024 * 1024,
+            max_snapshot_items: 262_144,
+            max_chunk_bytes: 64 * 1024 * 1024,
         }
     }
 }

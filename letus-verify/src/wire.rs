@@ -82,4 +82,6 @@ pub(crate) mod object {
     pub(crate) const DIGEST: u8 = 0x02;
     pub(crate) const HISTORY_INCLUSION: u8 = 0x03;
     pub(crate) const HISTORY_CONSISTENCY: u8 = 0x04;
+    pub(crate) const SNAPSHOT_MANIFEST: u8 = 0x05;
+    pub(crate) const SNAPSHOT_CHUNK: u8 = 0x06;
 }

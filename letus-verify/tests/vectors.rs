@@ -19,6 +19,7 @@ fn load(kind: &str) -> Vec<Value> {
         "history" => include_str!("../vectors/history.json"),
         "digests" => include_str!("../vectors/digests.json"),
         "exports" => include_str!("../vectors/exports.json"),
+        "snapshots" => include_str!("../vectors/snapshots.json"),
         _ => unreachable!(),
     };
     let v: Value = serde_json::from_str(text).unwrap();
@@ -375,5 +376,36 @@ fn exports() {
                 name(&c)
             ),
         }
+    }
+}
+
+#[test]
+fn snapshots() {
+    use letus_verify::snapshot::Manifest;
+    let l = Limits::default();
+    for c in load("snapshots") {
+        let tid = c["tid"].as_u64().unwrap() as u32;
+        let version = c["version"].as_u64().unwrap();
+        let root = hash(&c["trusted_root"]);
+        let manifest = Manifest::decode(&bytes(&c["manifest"]), &l)
+            .map_err(letus_verify::SnapshotError::from)
+            .and_then(|m| m.verify(tid, version, &root));
+        let got = match c["type"].as_str().unwrap() {
+            "manifest" => manifest.map(|m| m.pairs()).map_err(|e| e.code()),
+            "chunk" => {
+                let m = manifest.unwrap_or_else(|e| panic!("{}: manifest {e}", name(&c)));
+                let index = c["index"].as_u64().unwrap() as u32;
+                m.verify_chunk(index, &bytes(&c["chunk"]), &l)
+                    .map(|ch| ch.pairs.len() as u64)
+                    .map_err(|e| e.code())
+            }
+            other => panic!("unknown snapshot case type {other}"),
+        };
+        let expected = match (c.get("error"), c["type"].as_str().unwrap()) {
+            (Some(code), _) => Err(code.as_str().unwrap()),
+            (None, "manifest") => Ok(c["pairs"].as_u64().unwrap()),
+            (None, _) => Ok(c["records"].as_u64().unwrap()),
+        };
+        assert_eq!(got, expected, "{}", name(&c));
     }
 }

@@ -229,3 +229,71 @@ impl Default for ExportVerifier {
         Self::new()
     }
 }
+
+/// A snapshot manifest verified against a trusted root (SPEC.md §12.2); chunks are verified against it.
+#[wasm_bindgen]
+pub struct SnapshotManifest {
+    inner: letus_verify::snapshot::VerifiedManifest,
+}
+
+#[wasm_bindgen]
+impl SnapshotManifest {
+    /// Decodes `bytes` and verifies it as trie `tid` at `version` with root `trusted_root`; throws with `code`.
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        bytes: &[u8],
+        tid: u32,
+        version: u64,
+        trusted_root: &[u8],
+    ) -> Result<SnapshotManifest, JsValue> {
+        let root = hash(trusted_root, "root")?;
+        let inner = letus_verify::snapshot::Manifest::decode(bytes, &Limits::default())
+            .map_err(letus_verify::SnapshotError::from)
+            .and_then(|m| m.verify(tid, version, &root))
+            .map_err(|e| js_error(e.code(), &e.to_string()))?;
+        Ok(SnapshotManifest { inner })
+    }
+
+    /// Number of entries (chunks).
+    #[wasm_bindgen(getter)]
+    pub fn entries(&self) -> u32 {
+        self.inner.items().len() as u32
+    }
+
+    /// Number of pairs in the whole state.
+    #[wasm_bindgen(getter)]
+    pub fn pairs(&self) -> u64 {
+        self.inner.pairs()
+    }
+
+    /// Entry `index` as `[depth, prefix (32 bytes), count (bigint), hash (32 bytes)]`, or undefined.
+    pub fn entry(&self, index: u32) -> JsValue {
+        let Some(it) = self.inner.items().get(index as usize) else {
+            return JsValue::UNDEFINED;
+        };
+        let a = js_sys::Array::new();
+        a.push(&JsValue::from(it.depth));
+        a.push(&js_sys::Uint8Array::from(&it.prefix[..]));
+        a.push(&JsValue::from(it.count));
+        a.push(&js_sys::Uint8Array::from(&it.hash.0[..]));
+        a.into()
+    }
+
+    /// Verifies `bytes` as the chunk of entry `index` (SPEC.md §12.3); returns its pairs as `[key, value]`
+    /// arrays of bytes, in path order; throws with `code`.
+    #[wasm_bindgen(js_name = verifyChunk)]
+    pub fn verify_chunk(&self, index: u32, bytes: &[u8]) -> Result<js_sys::Array, JsValue> {
+        let chunk = self
+            .inner
+            .verify_chunk(index, bytes, &Limits::default())
+            .map_err(|e| js_error(e.code(), &e.to_string()))?;
+        let out = js_sys::Array::new();
+        for (k, v) in &chunk.pairs {
+            let pair = js_sys::Array::new();
+            pair.push(&js_sys::Uint8Array::from(&k[..]));
+            pair.push(&js_sys::Uint8Array::from(&v[..]));
+            out.push(&pair);
+        }
+        Ok(out)
+    }
+}
