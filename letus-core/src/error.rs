@@ -43,6 +43,21 @@ pub enum Error {
     VersionNotFound(Version),
     /// A trie id that has no data at the requested version.
     UnknownTrie(TrieId),
+    /// A version below the oldest one the store holds: it started from a snapshot (or its chain started) at
+    /// `oldest`, so it has no state before it.
+    BeforeOldest {
+        /// The version asked for.
+        version: Version,
+        /// The oldest version the store holds.
+        oldest: Version,
+    },
+    /// A snapshot chunk above the size the caller allows.
+    ChunkTooLarge {
+        /// Its encoded size so far.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// A key or value above the configured limits.
     TooLarge {
         /// "key" or "value".
@@ -114,6 +129,14 @@ impl fmt::Display for Error {
                 "version {requested} is not above the last committed version {last}"
             ),
             Error::VersionNotFound(v) => write!(f, "version {v} was never committed"),
+            Error::BeforeOldest { version, oldest } => write!(
+                f,
+                "version {version} is before the oldest version this store holds ({oldest})"
+            ),
+            Error::ChunkTooLarge { bytes, limit } => write!(
+                f,
+                "the snapshot chunk is over {bytes} bytes, above the limit of {limit}: ask for a manifest with smaller entries"
+            ),
             Error::UnknownTrie(t) => write!(f, "trie {t} does not exist at that version"),
             Error::TooLarge { what, size, limit } => {
                 write!(f, "{what} of {size} bytes is above the limit of {limit}")

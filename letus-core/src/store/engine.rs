@@ -325,10 +325,20 @@ impl Engine {
         }))
     }
 
+    /// `BeforeOldest` for a version below the first committed one (of a store seeded from a snapshot, the
+    /// snapshot's version).
+    pub(super) fn check_not_before_oldest(&self, version: Version) -> Result<()> {
+        match self.versions.first() {
+            Some(&oldest) if version < oldest => Err(Error::BeforeOldest { version, oldest }),
+            _ => Ok(()),
+        }
+    }
+
     pub(super) fn root_page(&self, tid: TrieId, version: Version) -> Result<Arc<Page>> {
         if self.versions.last().is_none_or(|l| *l < version) {
             return Err(Error::VersionNotFound(version));
         }
+        self.check_not_before_oldest(version)?;
         let t = self.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
         let i = t.index_at(version).ok_or(Error::UnknownTrie(tid))?;
         let pv = *t.page_versions.get(i).ok_or(Error::UnknownTrie(tid))?;

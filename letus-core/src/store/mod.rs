@@ -61,6 +61,8 @@ macro_rules! read_api {
             fn has_version(&self, version: Version) -> bool;
             /// Every committed version, oldest first.
             fn versions(&self) -> Vec<Version>;
+            /// The first committed version (of a store seeded from a snapshot: the snapshot's version).
+            fn oldest_version(&self) -> Option<Version>;
             /// The tries that exist at the latest version.
             fn tries(&self) -> Vec<TrieId>;
             /// The value of `key` in trie `tid` as of `version` (the newest commit at or below it).
@@ -108,12 +110,14 @@ macro_rules! read_api {
 mod bulk;
 mod engine;
 mod snapshot;
+mod state_sync;
 mod trie_state;
 mod view;
 
 use engine::*;
 use snapshot::*;
 pub use snapshot::{Reader, Snapshot};
+pub use state_sync::{KeyChange, SNAPSHOT_TOP_DEPTH};
 use trie_state::*;
 use view::*;
 

@@ -20,9 +20,16 @@ impl View<'_> {
     /// `version` for an exact read: it must not be above the view's latest.
     pub(super) fn exact(&self, version: Version) -> Result<Version> {
         match self.latest {
-            Some(l) if version <= l => Ok(version),
+            Some(l) if version <= l => {
+                self.engine.check_not_before_oldest(version)?;
+                Ok(version)
+            }
             _ => Err(Error::VersionNotFound(version)),
         }
+    }
+
+    pub(super) fn oldest_version(&self) -> Option<Version> {
+        self.latest.and(self.engine.versions.first().copied())
     }
 
     pub(super) fn latest_version(&self) -> Option<Version> {

@@ -5,6 +5,7 @@
 //! the children its keys fall in, rebuilds the slot list of each page it changes once, and knows the slot changes
 //! it made (the DeltaPage) without comparing trees.
 
+pub mod diff;
 pub mod node;
 pub mod page;
 

@@ -1,0 +1,310 @@
+//! What another node needs to take this store's state: snapshot manifests and chunks of a version (SPEC.md §12 of
+//! `letus-verify`), and the key changes between two versions (how a node that joined at a snapshot follows the
+//! chain). All of it is read from a [`Snapshot`], holding the engine only while a bounded batch is read, so a
+//! store serving them keeps committing.
+
+use letus_verify::snapshot::{
+    encode_chunk_record, prefix_of, Chunk, Manifest, ManifestBuilder, SnapshotItem,
+};
+
+use super::*;
+
+/// The depth of a manifest's first split: the 256 subtrees below the top two levels, each split further while it
+/// holds more pairs than asked.
+pub const SNAPSHOT_TOP_DEPTH: u8 = 2;
+
+/// Leaves a manifest walk reads per hold of the engine.
+const LEAVES_PER_BATCH: usize = 4096;
+
+/// A key whose value differs between two versions: its new value, or `None` when it is gone.
+pub type KeyChange = (Vec<u8>, Option<Vec<u8>>);
+
+impl View<'_> {
+    /// Up to `max` leaves (path, leaf hash) of trie `tid` at `version` above `after`, in path order.
+    pub(super) fn leaves_after(
+        &self,
+        tid: TrieId,
+        version: Version,
+        after: Option<&KeyPath>,
+        max: usize,
+    ) -> Result<Vec<(KeyPath, Hash)>> {
+        let root = self.engine.root_page(tid, self.at(version))?;
+        let mut out = Vec::new();
+        trie::walk_after(self.engine, tid, &root, after, &mut |leaf| {
+            out.push((leaf.path, leaf.hash()));
+            Ok(out.len() < max)
+        })?;
+        Ok(out)
+    }
+
+    /// Up to `max` pairs of trie `tid` at `version` whose paths start with the first `depth` nibbles of `prefix`
+    /// and are above `after` (or from the subtree's first), in path order.
+    pub(super) fn pairs_in(
+        &self,
+        tid: TrieId,
+        version: Version,
+        depth: u8,
+        prefix: &[u8; 32],
+        after: Option<&KeyPath>,
+        max: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let root = self.engine.root_page(tid, self.at(version))?;
+        let start = after.copied().or_else(|| before_subtree(prefix));
+        let item = SnapshotItem {
+            depth,
+            prefix: *prefix,
+            count: 1,
+            hash: EMPTY,
+        };
+        let mut leaves = Vec::new();
+        trie::walk_after(self.engine, tid, &root, start.as_ref(), &mut |leaf| {
+            if !item.covers(&leaf.path) {
+                return Ok(false);
+            }
+            leaves.push(*leaf);
+            Ok(leaves.len() < max)
+        })?;
+        leaves.iter().map(|l| self.read_value(l, None)).collect()
+    }
+
+    /// The keys of trie `tid` whose values differ between versions `from` and `to`, in path order, with their
+    /// values at `to`. A trie that does not exist at `from` counts as empty there.
+    pub(super) fn changes(
+        &self,
+        tid: TrieId,
+        from: Version,
+        to: Version,
+    ) -> Result<Vec<KeyChange>> {
+        let new = self.engine.root_page(tid, self.exact(to)?)?;
+        let old = match self.engine.root_page(tid, self.exact(from)?) {
+            Ok(p) => Some(p),
+            Err(Error::UnknownTrie(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let mut leaves = Vec::new();
+        trie::diff::diff(self.engine, tid, old.as_deref(), Some(&new), &mut leaves)?;
+        leaves
+            .into_iter()
+            .map(|(old, new)| match (old, new) {
+                (_, Some(n)) => self.read_value(&n, None).map(|(k, v)| (k, Some(v))),
+                (Some(o), None) => self.read_value(&o, None).map(|(k, _)| (k, None)),
+                (None, None) => Err(Error::corrupt(
+                    self.engine.dir.join("lsvps"),
+                    0,
+                    "a trie difference with neither side",
+                )),
+            })
+            .collect()
+    }
+}
+
+/// The path just before the first one of the subtree `prefix` (zeros after its depth), or `None` when that
+/// first path is all zeros.
+fn before_subtree(prefix: &[u8; 32]) -> Option<KeyPath> {
+    let mut p = *prefix;
+    for b in p.iter_mut().rev() {
+        if *b > 0 {
+            *b -= 1;
+            return Some(KeyPath(p));
+        }
+        *b = 0xff;
+    }
+    None
+}
+
+impl Snapshot {
+    /// The manifest of trie `tid` at `version` (SPEC.md §12.1): the subtrees at depth [`SNAPSHOT_TOP_DEPTH`],
+    /// each split one nibble at a time while it holds more than `max_pairs` pairs. Reads every leaf (not the
+    /// values), releasing the engine between batches.
+    pub fn snapshot_manifest(
+        &self,
+        tid: TrieId,
+        version: Version,
+        max_pairs: u64,
+    ) -> Result<Manifest> {
+        let root = self.digest(tid, version)?.root;
+        let mut b = ManifestBuilder::new(SNAPSHOT_TOP_DEPTH, max_pairs);
+        let mut after: Option<KeyPath> = None;
+        loop {
+            let batch =
+                self.view(|v| v.leaves_after(tid, version, after.as_ref(), LEAVES_PER_BATCH))?;
+            for (path, hash) in &batch {
+                b.push_leaf(*path, *hash)
+                    .map_err(|e| Error::corrupt("trie walk", 0, e.to_string()))?;
+            }
+            match batch.last() {
+                Some((p, _)) if batch.len() == LEAVES_PER_BATCH => after = Some(*p),
+                _ => break,
+            }
+        }
+        Ok(Manifest {
+            tid,
+            version,
+            root,
+            items: b.finish(),
+        })
+    }
+
+    /// The encoded chunk of manifest entry `index` (`depth`, `prefix`) of trie `tid` at `version` (SPEC.md
+    /// §12.3), refused with [`Error::ChunkTooLarge`] past `max_bytes`. The server needs no manifest for this:
+    /// the receiver checks the chunk against the one it verified.
+    pub fn snapshot_chunk(
+        &self,
+        tid: TrieId,
+        version: Version,
+        index: u32,
+        depth: u8,
+        prefix: &[u8; 32],
+        max_bytes: usize,
+    ) -> Result<Vec<u8>> {
+        self.digest(tid, version)?;
+        let prefix = prefix_of(&KeyPath(*prefix), depth);
+        let mut body = Vec::new();
+        let mut count = 0u64;
+        let mut after: Option<KeyPath> = None;
+        loop {
+            let batch = self.view(|v| {
+                v.pairs_in(
+                    tid,
+                    version,
+                    depth,
+                    &prefix,
+                    after.as_ref(),
+                    PAIRS_PER_CHUNK,
+                )
+            })?;
+            for (k, val) in &batch {
+                encode_chunk_record(k, val, &mut body);
+                if body.len() > max_bytes {
+                    return Err(Error::ChunkTooLarge {
+                        bytes: body.len(),
+                        limit: max_bytes,
+                    });
+                }
+            }
+            count += batch.len() as u64;
+            match batch.last() {
+                Some((k, _)) if batch.len() == PAIRS_PER_CHUNK => after = Some(KeyPath::of(k)),
+                _ => break,
+            }
+        }
+        let item = SnapshotItem {
+            depth,
+            prefix,
+            count,
+            hash: EMPTY,
+        };
+        let mut out = Chunk::encode_head(tid, version, index, &item, count);
+        out.extend_from_slice(&body);
+        Ok(out)
+    }
+
+    /// The keys of trie `tid` whose values differ between `from` and `to`, with their values at `to` (`None`:
+    /// deleted), in path order. Walks both tries together, skipping every subtree whose hash is unchanged, so the
+    /// cost follows the number of changes. A key written with the value it already had is not a change.
+    pub fn changes(&self, tid: TrieId, from: Version, to: Version) -> Result<Vec<KeyChange>> {
+        self.view(|v| v.changes(tid, from, to))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use letus_verify::snapshot::Manifest as M;
+    use letus_verify::Limits;
+
+    fn store(dir: &Path) -> Store {
+        Store::open(dir, Options::default()).unwrap()
+    }
+
+    #[test]
+    fn manifest_and_chunks_verify_and_hold_the_state_at_their_version() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = store(d.path());
+        for i in 0..3000u32 {
+            s.put(0, format!("k{i}").as_bytes(), format!("v{i}").as_bytes())
+                .unwrap();
+        }
+        s.commit(1).unwrap();
+        for i in 0..500u32 {
+            s.put(0, format!("k{i}").as_bytes(), b"changed").unwrap();
+        }
+        s.commit(2).unwrap();
+        let snap = s.snapshot();
+        for version in [1u64, 2] {
+            let root = snap.digest(0, version).unwrap().root;
+            let m = snap.snapshot_manifest(0, version, 5).unwrap();
+            assert!(m.items.len() > 256, "split below depth 2");
+            let l = Limits::default();
+            let vm = M::decode(&m.encode(), &l)
+                .unwrap()
+                .verify(0, version, &root)
+                .unwrap();
+            assert_eq!(vm.pairs(), 3000);
+            let mut got = 0u64;
+            for (i, it) in vm.items().iter().enumerate() {
+                let c = snap
+                    .snapshot_chunk(0, version, i as u32, it.depth, &it.prefix, 1 << 20)
+                    .unwrap();
+                let chunk = vm.verify_chunk(i as u32, &c, &l).unwrap();
+                for (k, v) in &chunk.pairs {
+                    assert_eq!(snap.get(0, version, k).unwrap().as_deref(), Some(&v[..]));
+                }
+                got += chunk.pairs.len() as u64;
+            }
+            assert_eq!(got, 3000);
+        }
+        let it = snap.snapshot_manifest(0, 2, 5).unwrap().items[0];
+        assert!(matches!(
+            snap.snapshot_chunk(0, 2, 0, it.depth, &it.prefix, 10),
+            Err(Error::ChunkTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn changes_are_exactly_the_keys_whose_values_differ() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = store(d.path());
+        let mut model: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = Default::default();
+        let mut rng = letus_workload::Rng::new(7);
+        let mut states = vec![model.clone()];
+        for v in 1..=40u64 {
+            for _ in 0..(rng.below(60) + 1) {
+                let k = format!("key{}", rng.below(400)).into_bytes();
+                match rng.below(10) {
+                    0 => {
+                        s.delete(0, &k).unwrap();
+                        model.remove(&k);
+                    }
+                    1 => {
+                        // A write of the value the key has is not a change.
+                        if let Some(old) = model.get(&k).cloned() {
+                            s.put(0, &k, &old).unwrap();
+                        }
+                    }
+                    _ => {
+                        let val = format!("v{v}-{}", rng.below(1000)).into_bytes();
+                        s.put(0, &k, &val).unwrap();
+                        model.insert(k, val);
+                    }
+                }
+            }
+            s.commit(v).unwrap();
+            states.push(model.clone());
+        }
+        let snap = s.snapshot();
+        for (from, to) in [(1u64, 2u64), (5, 6), (1, 40), (39, 40), (10, 30)] {
+            let (a, b) = (&states[from as usize], &states[to as usize]);
+            let mut want: Vec<KeyChange> = a
+                .keys()
+                .chain(b.keys())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .filter(|k| a.get(*k) != b.get(*k))
+                .map(|k| (k.clone(), b.get(k).cloned()))
+                .collect();
+            want.sort_by_key(|(k, _)| KeyPath::of(k));
+            assert_eq!(snap.changes(0, from, to).unwrap(), want, "{from}..{to}");
+        }
+    }
+}
