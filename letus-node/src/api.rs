@@ -41,6 +41,20 @@ pub struct BlockRequest {
     pub access_list: Vec<AccessKey>,
 }
 
+/// `GET /v1/tries/{tid}/changes`: the keys whose values differ between two versions, with their values at `to`
+/// (`value: null`: deleted), in key-path order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangesResponse {
+    /// Trie id.
+    pub tid: u32,
+    /// The older version.
+    pub from: u64,
+    /// The newer version.
+    pub to: u64,
+    /// The changes, as block writes.
+    pub changes: Vec<WriteOp>,
+}
+
 /// Response of `POST /v1/blocks` and of the digest routes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DigestsResponse {

@@ -27,6 +27,13 @@ pub enum ApiError {
     UnknownTrie(u32),
     /// The version was never written.
     VersionNotFound(u64),
+    /// The version is below the oldest one this node holds: it joined from a snapshot of `oldest`.
+    BeforeSnapshot {
+        /// The version asked for.
+        version: u64,
+        /// The oldest version held.
+        oldest: u64,
+    },
     /// Nothing has been written yet.
     Empty,
     /// The HTTP method is not allowed on this route.
@@ -70,6 +77,7 @@ impl ApiError {
             ApiError::VersionNotFound(_) | ApiError::Empty => {
                 (StatusCode::NOT_FOUND, "version_not_found")
             }
+            ApiError::BeforeSnapshot { .. } => (StatusCode::GONE, "before_snapshot"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::BlockNotFound(_) => (StatusCode::NOT_FOUND, "block_not_found"),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
@@ -99,6 +107,9 @@ impl ApiError {
             ApiError::UnknownTrie(t) => format!("trie {t} does not exist at that version"),
             ApiError::VersionNotFound(v) => format!("version {v} was never written"),
             ApiError::Empty => "nothing has been written yet".into(),
+            ApiError::BeforeSnapshot { version, oldest } => format!(
+                "version {version} is before {oldest}, the oldest version this node holds (it started from a snapshot of {oldest})"
+            ),
             ApiError::MethodNotAllowed => "method not allowed on this route".into(),
             ApiError::BlockNotFound(v) => format!("no block stored at version {v}"),
             ApiError::NotFound => "no such route".into(),
@@ -142,6 +153,8 @@ impl From<letus_core::Error> for ApiError {
         match e {
             E::UnknownTrie(t) => ApiError::UnknownTrie(t),
             E::VersionNotFound(v) => ApiError::VersionNotFound(v),
+            E::BeforeOldest { version, oldest } => ApiError::BeforeSnapshot { version, oldest },
+            E::ChunkTooLarge { .. } => ApiError::TooLarge(e.to_string()),
             E::InvalidCursor(v) => ApiError::InvalidCursor(v),
             E::TooLarge { what, size, limit } => ApiError::TooLarge(format!(
                 "{what} of {size} bytes is above the limit of {limit}"

@@ -8,6 +8,7 @@ pub mod export;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
+pub mod join;
 pub mod metrics;
 pub mod node;
 pub mod server;

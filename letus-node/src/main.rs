@@ -32,6 +32,8 @@ enum Command {
     Export(tools::ExportArgs),
     /// Seed a new store from a state export, after verifying it.
     Import(tools::ImportArgs),
+    /// Snapshots in chunks: `letus snapshot fetch` from running nodes into a directory, `letus snapshot import`.
+    Snapshot(tools::SnapshotArgs),
     /// Read a value from a node and verify its proof.
     Get(client::GetArgs),
     /// Fetch a proof for one or more keys from a node and verify it.
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => tools::verify(a),
         Command::Export(a) => tools::export(a),
         Command::Import(a) => tools::import(a),
+        Command::Snapshot(a) => tools::snapshot(a),
         Command::Get(a) => client::get(a),
         Command::Proof(a) => client::proof(a),
         Command::Digest(a) => client::digest(a),

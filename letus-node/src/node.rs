@@ -80,10 +80,29 @@ pub struct Node {
     wedged: OnceLock<String>,
     /// The tiers under the data directory, when the node runs tiered: told of every commit (the mover's clock).
     tiers: Option<letus_core::storage::tiered::Tiered>,
+    /// The last snapshot manifests computed, newest last (a joining node asks for the same one several times;
+    /// computing one walks every leaf of the trie).
+    manifests: Mutex<std::collections::VecDeque<(ManifestKey, Arc<Vec<u8>>)>>,
     /// Test-only: the write stage at which `write_block` panics.
     #[cfg(test)]
     pub(crate) panic_at: Mutex<Option<WriteStage>>,
 }
+
+/// `(tid, version, max_pairs)` of a cached manifest.
+type ManifestKey = (u32, Version, u64);
+
+/// Manifests kept in memory: each is 73 bytes per chunk (a few hundred KB for 10M keys).
+const MANIFESTS_CACHED: usize = 4;
+
+/// The largest `max_pairs` a manifest request may ask for, so that a chunk stays below the verifier's
+/// `max_chunk_bytes` for small pairs.
+pub const MAX_SNAPSHOT_PAIRS: u64 = 1 << 20;
+
+/// The default pairs per chunk: about 1-2 MB per chunk for account-sized values.
+pub const DEFAULT_SNAPSHOT_PAIRS: u64 = 16_384;
+
+/// Most key changes one `changes` answer carries.
+pub const MAX_CHANGES: usize = 1_000_000;
 
 /// The writer's lock is only ever poisoned by a panic outside `write_block` (which catches its own, see there):
 /// there is none, so this answers what cannot happen with a 500 rather than a panic.
@@ -111,11 +130,13 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
 }
 
 /// A write with its hex decoded: `(tid, key, value or None for a delete)`.
-type DecodedWrite = (u32, Vec<u8>, Option<Vec<u8>>);
+/// A block write decoded from its request: trie, key, value (`None`: delete).
+pub type DecodedWrite = (u32, Vec<u8>, Option<Vec<u8>>);
 
 /// The fingerprint of a block request, stored with the block so that a repeated POST can be told from a
 /// different block for the same version.
-fn request_hash(version: Version, writes: &[DecodedWrite], block: &[u8]) -> [u8; 32] {
+/// The fingerprint of a block request: a resubmission of the same block is recognized by it.
+pub fn request_hash(version: Version, writes: &[DecodedWrite], block: &[u8]) -> [u8; 32] {
     let mut h = Vec::new();
     h.extend_from_slice(&version.to_le_bytes());
     h.extend_from_slice(&(writes.len() as u64).to_le_bytes());
@@ -177,6 +198,7 @@ impl Node {
             limits,
             wedged: OnceLock::new(),
             tiers: None,
+            manifests: Mutex::new(Default::default()),
             #[cfg(test)]
             panic_at: Mutex::new(None),
         })
@@ -477,7 +499,7 @@ impl Node {
             None => store.latest_version().ok_or(ApiError::Empty)?,
         };
         if !store.has_version(v) {
-            return Err(ApiError::VersionNotFound(v));
+            return Err(not_held(&store, v));
         }
         Ok(DigestsResponse {
             version: v,
@@ -490,8 +512,101 @@ impl Node {
         match version {
             None => Ok(latest),
             Some(v) if store.has_version(v) => Ok(v),
-            Some(v) => Err(ApiError::VersionNotFound(v)),
+            Some(v) => Err(not_held(store, v)),
         }
+    }
+
+    /// The snapshot manifest of trie `tid` at `version` (default latest) with chunks of at most `max_pairs`
+    /// pairs (SPEC.md §12.1), encoded; computed from a snapshot (commits go on) and kept for the next asker.
+    pub fn snapshot_manifest(
+        &self,
+        tid: u32,
+        version: Option<Version>,
+        max_pairs: u64,
+    ) -> Result<Arc<Vec<u8>>, ApiError> {
+        if !(1..=MAX_SNAPSHOT_PAIRS).contains(&max_pairs) {
+            return Err(ApiError::BadRequest(format!(
+                "max_pairs must be between 1 and {MAX_SNAPSHOT_PAIRS}"
+            )));
+        }
+        let store = self.reader().snapshot();
+        let v = Self::resolve(&store, version)?;
+        trie_digest(&store, tid, v)?;
+        let key = (tid, v, max_pairs);
+        if let Some((_, m)) = self
+            .manifests
+            .lock()
+            .map_err(lock_err)?
+            .iter()
+            .find(|(k, _)| *k == key)
+        {
+            return Ok(m.clone());
+        }
+        let m = Arc::new(store.snapshot_manifest(tid, v, max_pairs)?.encode());
+        let mut cache = self.manifests.lock().map_err(lock_err)?;
+        if cache.len() >= MANIFESTS_CACHED {
+            cache.pop_front();
+        }
+        cache.push_back((key, m.clone()));
+        Ok(m)
+    }
+
+    /// The chunk of manifest entry `index` (`depth`, `prefix`) of trie `tid` at `version` (SPEC.md §12.3).
+    pub fn snapshot_chunk(
+        &self,
+        tid: u32,
+        version: Version,
+        index: u32,
+        depth: u8,
+        prefix: &[u8; 32],
+    ) -> Result<Vec<u8>, ApiError> {
+        if depth > 64 {
+            return Err(ApiError::BadRequest("depth must be at most 64".into()));
+        }
+        let store = self.reader().snapshot();
+        let v = Self::resolve(&store, Some(version))?;
+        trie_digest(&store, tid, v)?;
+        let max = letus_verify::Limits::default().max_chunk_bytes
+            - letus_verify::snapshot::CHUNK_HEAD_LEN;
+        Ok(store.snapshot_chunk(tid, v, index, depth, prefix, max)?)
+    }
+
+    /// The keys of trie `tid` whose values differ between versions `from` and `to`, with their values at `to`.
+    pub fn changes(
+        &self,
+        tid: u32,
+        from: Version,
+        to: Version,
+    ) -> Result<ChangesResponse, ApiError> {
+        if from > to {
+            return Err(ApiError::BadRequest("`from` must not be above `to`".into()));
+        }
+        let store = self.reader().snapshot();
+        let (from, to) = (
+            Self::resolve(&store, Some(from))?,
+            Self::resolve(&store, Some(to))?,
+        );
+        trie_digest(&store, tid, to)?;
+        let changes = store.changes(tid, from, to)?;
+        if changes.len() > MAX_CHANGES {
+            return Err(ApiError::TooLarge(format!(
+                "{} changes; at most {MAX_CHANGES} per answer: ask for fewer versions",
+                changes.len()
+            )));
+        }
+        Ok(ChangesResponse {
+            tid,
+            from,
+            to,
+            changes: changes
+                .into_iter()
+                .map(|(k, v)| WriteOp {
+                    tid,
+                    key: hex(&k),
+                    value: v.map(|v| hex(&v)),
+                })
+                .collect(),
+        })
     }
 
     /// A value and its proof.
@@ -608,7 +723,12 @@ impl Node {
                 version,
                 block: hex(&b.block),
             }),
-            None => Err(ApiError::BlockNotFound(version)),
+            None => match self.reader().snapshot().oldest_version() {
+                Some(oldest) if version < oldest => {
+                    Err(ApiError::BeforeSnapshot { version, oldest })
+                }
+                _ => Err(ApiError::BlockNotFound(version)),
+            },
         }
     }
 
@@ -709,6 +829,14 @@ impl Node {
             blocks.disk_bytes(),
             store.latest_version(),
         ))
+    }
+}
+
+/// Why `v` is not a version of `store`: before the oldest it holds (it joined from a snapshot), or never written.
+fn not_held(store: &Snapshot, v: Version) -> ApiError {
+    match store.oldest_version() {
+        Some(oldest) if v < oldest => ApiError::BeforeSnapshot { version: v, oldest },
+        _ => ApiError::VersionNotFound(v),
     }
 }
 

@@ -71,10 +71,73 @@ pub struct ServeArgs {
     /// The storage tiers.
     #[command(flatten)]
     pub tiers: TierFlags,
+    /// Joining from a snapshot of running nodes.
+    #[command(flatten)]
+    pub join: JoinFlags,
     /// Serve a directory of static files under a URL prefix, as `PREFIX=DIR` (repeatable), e.g.
     /// `--static /wallet=examples/wallet --static /js=js`.
     #[arg(long = "static", value_name = "PREFIX=DIR")]
     pub static_dirs: Vec<String>,
+}
+
+/// A node with an empty data directory joins from a snapshot of running nodes, then follows their chain.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct JoinFlags {
+    /// A node to join from (repeatable). With an empty data directory the node takes the state of a verified
+    /// version from these nodes chunk by chunk (resuming an interrupted join), then applies their later versions.
+    #[arg(long = "join", value_name = "URL")]
+    pub join: Vec<String>,
+    /// The version to join at (default: the newest version of the first source).
+    #[arg(long)]
+    pub join_version: Option<u64>,
+    /// The root of that version you trust (default: the digests of at least two sources, which must agree).
+    #[arg(long)]
+    pub trusted_root: Option<String>,
+    /// The history root of that version you trust (default: the sources' digests).
+    #[arg(long)]
+    pub trusted_history_root: Option<String>,
+    /// The trie to join (default 0).
+    #[arg(long, default_value_t = 0)]
+    pub join_tid: u32,
+    /// Chunks fetched at once (default 4).
+    #[arg(long, default_value_t = 4)]
+    pub join_parallel: usize,
+    /// Pairs per chunk asked of the sources (default 16,384).
+    #[arg(long, default_value_t = letus_node::node::DEFAULT_SNAPSHOT_PAIRS)]
+    pub join_max_pairs: u64,
+    /// After catching up, keep applying the sources' new versions (polling them) instead of stopping.
+    #[arg(long)]
+    pub follow: bool,
+}
+
+impl JoinFlags {
+    /// The join settings, `None` without `--join`.
+    pub fn resolve(&self) -> Result<Option<(letus_node::join::JoinConfig, bool)>, String> {
+        if self.join.is_empty() {
+            return Ok(None);
+        }
+        let hash = |s: &Option<String>, flag: &str| {
+            s.as_deref()
+                .map(|h| {
+                    letus_verify::Hash::from_hex(h)
+                        .ok_or_else(|| format!("{flag} `{h}` is not 64 hex digits"))
+                })
+                .transpose()
+        };
+        let mut c = letus_node::join::JoinConfig::new(
+            self.join
+                .iter()
+                .map(|u| u.trim_end_matches('/').to_string())
+                .collect(),
+        );
+        c.tid = self.join_tid;
+        c.version = self.join_version;
+        c.trusted_root = hash(&self.trusted_root, "--trusted-root")?;
+        c.trusted_history_root = hash(&self.trusted_history_root, "--trusted-history-root")?;
+        c.parallel = self.join_parallel.max(1);
+        c.max_pairs = self.join_max_pairs;
+        Ok(Some((c, self.follow)))
+    }
 }
 
 /// Where a store's sealed files may go (shared by `serve` and the offline tools, which must be given the same
@@ -170,6 +233,8 @@ pub struct Config {
     pub options: Options,
     /// The tiers, when a warm or cold tier is configured.
     pub tiers: Option<letus_core::storage::tiered::TierConfig>,
+    /// Join from these sources when the data directory holds no store; follow them (forever with `true`).
+    pub join: Option<(letus_node::join::JoinConfig, bool)>,
 }
 
 impl ServeArgs {
@@ -272,6 +337,7 @@ impl ServeArgs {
         let tiers = self.tiers.resolve(&file, &data)?;
         Ok(Config {
             static_dirs,
+            join: self.join.resolve()?,
             tiers,
             data,
             listen: listen
@@ -445,12 +511,37 @@ pub fn serve_until(
             None
         }
     };
+    if let Some((j, _)) = &cfg.join {
+        match letus_node::join::join(&cfg.data, j, options.clone()).map_err(|e| e.to_string())? {
+            Some((f, i)) => tracing::info!(
+                chunks = f.chunks,
+                fetched = f.fetched,
+                reused = f.reused,
+                pairs = f.pairs,
+                failures = f.failures.len(),
+                fetch_seconds = f.seconds,
+                import_seconds = i.seconds,
+                "joined from a snapshot"
+            ),
+            None => tracing::info!("the data directory holds a store: no join needed"),
+        }
+    }
     let mut node = Node::open(&cfg.data, options, tok.clone(), cfg.limits.clone())
         .map_err(|e| e.to_string())?;
     if let Some(t) = tiers {
         node = node.with_tiers(t);
     }
     let node = Arc::new(node);
+    let stop_following = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let follower = cfg.join.as_ref().map(|(j, forever)| {
+        letus_node::join::spawn_follower(
+            node.clone(),
+            j.sources.clone(),
+            j.tid,
+            stop_following.clone(),
+            *forever,
+        )
+    });
     let state = AppState {
         node: node.clone(),
         metrics: Arc::new(Metrics::new()),
@@ -475,6 +566,10 @@ pub fn serve_until(
     // Waits for blocking work still running (a commit whose connection was dropped at the deadline finishes; an
     // export's walk ends at its next chunk, its receiver gone).
     drop(rt);
+    stop_following.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(f) = follower {
+        let _ = f.join();
+    }
     // Every acknowledged block is already durable; closing flushes the page index so the next start is quick.
     match Arc::try_unwrap(node) {
         Ok(node) => node.close().map_err(|e| e.to_string()),

@@ -65,6 +65,12 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         .route("/v1/tries/{tid}/history", post(history_post))
         .route("/v1/tries/{tid}/proofs", post(multi_proof))
         .route("/v1/tries/{tid}/export", get(export))
+        .route("/v1/tries/{tid}/snapshot", get(snapshot_manifest))
+        .route(
+            "/v1/tries/{tid}/snapshot/chunks/{index}",
+            get(snapshot_chunk),
+        )
+        .route("/v1/tries/{tid}/changes", get(changes))
         .route("/v1/tiers", get(tiers))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -468,6 +474,113 @@ async fn export(
         Body::from_stream(stream),
     )
         .into_response())
+}
+
+#[derive(Deserialize)]
+struct ManifestQuery {
+    version: Option<String>,
+    max_pairs: Option<String>,
+}
+
+/// `GET /v1/tries/{tid}/snapshot`: the snapshot manifest (SPEC.md §12.1). Computing one walks every leaf, so it
+/// runs under a stream permit (not a read permit, which it would hold for seconds) and is cached.
+async fn snapshot_manifest(
+    State(s): State<AppState>,
+    p: Result<Path<String>, PathRejection>,
+    q: Result<Query<ManifestQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let tid = tid_param(&path(p)?)?;
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let v = q.version.as_deref().map(version_param).transpose()?;
+    let max_pairs = match q.max_pairs.as_deref() {
+        None => crate::node::DEFAULT_SNAPSHOT_PAIRS,
+        Some(m) => m
+            .parse()
+            .map_err(|_| ApiError::BadRequest(format!("max_pairs `{m}` is not a decimal u64")))?,
+    };
+    let permit = s
+        .node
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::TooManyStreams(s.node.limits.max_streams))?;
+    let node = s.node.clone();
+    let m = blocking(move || {
+        let _permit = permit;
+        node.snapshot_manifest(tid, v, max_pairs)
+    })
+    .await?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        m.as_ref().clone(),
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+struct ChunkQuery {
+    version: Option<String>,
+    depth: Option<String>,
+    prefix: Option<String>,
+}
+
+/// `GET /v1/tries/{tid}/snapshot/chunks/{index}?version&depth&prefix`: one chunk (SPEC.md §12.3). The entry's
+/// depth and prefix come from the manifest the client verified, so the node keeps no state per join.
+async fn snapshot_chunk(
+    State(s): State<AppState>,
+    p: Result<Path<(String, String)>, PathRejection>,
+    q: Result<Query<ChunkQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let (tid, index) = path(p)?;
+    let tid = tid_param(&tid)?;
+    let index: u32 = index
+        .parse()
+        .map_err(|_| ApiError::BadRequest(format!("chunk index `{index}` is not a u32")))?;
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let missing = |what: &str| ApiError::BadRequest(format!("`{what}` is required"));
+    let v = version_param(q.version.as_deref().ok_or_else(|| missing("version"))?)?;
+    let depth: u8 = q
+        .depth
+        .as_deref()
+        .ok_or_else(|| missing("depth"))?
+        .parse()
+        .map_err(|_| ApiError::BadRequest("`depth` is not a number up to 64".into()))?;
+    let prefix = crate::error::hex_field(
+        q.prefix.as_deref().ok_or_else(|| missing("prefix"))?,
+        "prefix",
+    )?;
+    let prefix: [u8; 32] = prefix
+        .try_into()
+        .map_err(|_| ApiError::BadRequest("`prefix` must be 32 bytes (64 hex digits)".into()))?;
+    let node = s.node.clone();
+    let c = read(&s.node, move || {
+        node.snapshot_chunk(tid, v, index, depth, &prefix)
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], c).into_response())
+}
+
+#[derive(Deserialize)]
+struct ChangesQuery {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+/// `GET /v1/tries/{tid}/changes?from&to`: the key changes between two versions (how a joined node follows).
+async fn changes(
+    State(s): State<AppState>,
+    p: Result<Path<String>, PathRejection>,
+    q: Result<Query<ChangesQuery>, QueryRejection>,
+) -> Result<Json<ChangesResponse>, ApiError> {
+    let tid = tid_param(&path(p)?)?;
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let missing = |what: &str| ApiError::BadRequest(format!("`{what}` is required"));
+    let from = version_param(q.from.as_deref().ok_or_else(|| missing("from"))?)?;
+    let to = version_param(q.to.as_deref().ok_or_else(|| missing("to"))?)?;
+    let node = s.node.clone();
+    Ok(Json(
+        read(&s.node, move || node.changes(tid, from, to)).await?,
+    ))
 }
 
 /// `GET /`: where to go from here (the demo prints this URL first).

@@ -566,3 +566,69 @@ fn import_into(
     sync_dir(tmp)?;
     Ok((summary, root, digest))
 }
+
+/// `letus snapshot`: take a verified snapshot from running nodes into a directory, or a store from one.
+#[derive(clap::Args)]
+pub struct SnapshotArgs {
+    #[command(subcommand)]
+    command: SnapshotCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum SnapshotCommand {
+    /// Fetch the manifest, chunks and history frontier of one version into DIR, verifying each chunk as it
+    /// arrives (run it again to resume: verified chunks are not fetched again).
+    Fetch {
+        /// Where the snapshot goes.
+        #[arg(long)]
+        out: PathBuf,
+        /// The sources (`--join URL`, repeatable), version and trust, as for `letus serve --join`.
+        #[command(flatten)]
+        join: crate::serve::JoinFlags,
+    },
+    /// Create the store of a new node from a fetched snapshot (each chunk verified again as it is loaded).
+    Import {
+        /// The directory `letus snapshot fetch` wrote.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Data directory of the new node (must not hold a store yet).
+        #[arg(long)]
+        data: PathBuf,
+    },
+}
+
+pub fn snapshot(a: SnapshotArgs) -> Result<ExitCode, String> {
+    match a.command {
+        SnapshotCommand::Fetch { out, join } => {
+            let (cfg, _) = join
+                .resolve()?
+                .ok_or("give at least one source with --join URL")?;
+            let (t, r) = letus_node::join::fetch(&out, &cfg).map_err(|e| e.to_string())?;
+            for f in &r.failures {
+                eprintln!("warning: {f}");
+            }
+            println!(
+                "{}",
+                serde_json::json!({
+                    "tid": t.tid, "version": t.version, "root": t.root, "history_root": t.history_root,
+                    "chunks": r.chunks, "pairs": r.pairs, "fetched": r.fetched, "reused": r.reused,
+                    "bytes": r.bytes, "failures": r.failures.len(), "seconds": r.seconds,
+                })
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        SnapshotCommand::Import { dir, data } => {
+            let (t, r) = letus_node::join::import(&dir, &data, Options::default())
+                .map_err(|e| e.to_string())?;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "tid": t.tid, "version": t.version, "root": t.root, "history_root": t.history_root,
+                    "pairs": r.pairs, "seconds": r.seconds,
+                    "pairs_per_second": r.pairs as f64 / r.seconds.max(1e-9),
+                })
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

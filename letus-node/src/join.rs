@@ -1,0 +1,835 @@
+//! Joining from a snapshot: a new node takes the verified state of trie `tid` at version `V` from running nodes,
+//! chunk by chunk (SPEC.md §12 of `letus-verify`), then follows their chain.
+//!
+//! 1. **Trust.** `(V, root, history_root)` comes from the caller, or from the digests of at least two sources that
+//!    agree; it is recorded in `DIR/join.json` before anything else, so a resumed join finishes the same version.
+//! 2. **Manifest.** Fetched from a source and verified against the trusted root; saved as `DIR/manifest.bin`.
+//! 3. **Chunks.** Fetched in parallel, round-robin over the sources, each verified against its manifest entry on
+//!    arrival and only then written (`chunks/NNNNNN`: temporary name, fsync, rename). A chunk that fails is named
+//!    (index, depth, prefix, source, error code) and fetched again from the next source. After a SIGKILL the join
+//!    resumes with the chunks not yet on disk: a chunk file exists only once it verified.
+//! 4. **History.** The frontier of the trie's history before `V`, checked to give the trusted history root.
+//! 5. **Import.** [`import`] reads the chunks in entry order (verifying each again: the files could have been
+//!    damaged since), bulk-loads them into `state.joining` with the history frontier, checks the new store's
+//!    digest at `V` against the trusted one, and renames it to `state`. Reads and blocks below `V` then answer
+//!    `410 before_snapshot`.
+//! 6. **Follow.** [`follow`] applies each later version as a block: the key changes from `V` to `V+1`
+//!    (`GET /v1/tries/{tid}/changes`) and the raw block; the node's resulting digest must equal the source's.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use letus_core::{Options, Store};
+use letus_verify::hash::history_leaf;
+use letus_verify::hex::{decode as unhex, encode as hex};
+use letus_verify::snapshot::{Chunk, Manifest, VerifiedManifest};
+use letus_verify::{Digest, Hash, HistoryTree, Limits, SnapshotError, Version};
+use serde::{Deserialize, Serialize};
+
+use crate::api::{BlockRequest, BlockResponse, ChangesResponse, DigestsResponse, FrontierResponse};
+use crate::node::{Node, DEFAULT_SNAPSHOT_PAIRS};
+
+/// Why a join or the follower stopped.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum JoinError {
+    /// The settings cannot work (no source, one source and no trusted root, a resumed join for another version).
+    Config(String),
+    /// No source gave a usable answer for this; each source's failure is listed.
+    Sources(String),
+    /// The sources disagree about the trusted state: nothing is trusted.
+    Disagree(String),
+    /// What a source sent did not verify (a SPEC.md error code), after every source was tried.
+    Verify {
+        /// What was being verified.
+        what: String,
+        /// The SPEC.md error code.
+        code: &'static str,
+    },
+    /// The joined node's state differs from its sources' (a fork, or a source that lied).
+    Diverged(String),
+    /// A local file.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The store.
+    Store(letus_core::Error),
+}
+
+impl JoinError {
+    /// A stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            JoinError::Config(_) => "join_config",
+            JoinError::Sources(_) => "sources_failed",
+            JoinError::Disagree(_) => "sources_disagree",
+            JoinError::Verify { code, .. } => code,
+            JoinError::Diverged(_) => "diverged",
+            JoinError::Io { .. } => "io",
+            JoinError::Store(_) => "store",
+        }
+    }
+}
+
+impl std::fmt::Display for JoinError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JoinError::Config(m) => write!(f, "join: {m}"),
+            JoinError::Sources(m) => write!(f, "join: no source answered: {m}"),
+            JoinError::Disagree(m) => write!(f, "join: the sources disagree: {m}"),
+            JoinError::Verify { what, code } => write!(f, "join: {what} did not verify ({code})"),
+            JoinError::Diverged(m) => write!(f, "join: the state diverged from the sources': {m}"),
+            JoinError::Io { path, source } => write!(f, "join: {}: {source}", path.display()),
+            JoinError::Store(e) => write!(f, "join: store: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for JoinError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            JoinError::Io { source, .. } => Some(source),
+            JoinError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<letus_core::Error> for JoinError {
+    fn from(e: letus_core::Error) -> Self {
+        JoinError::Store(e)
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> JoinError + '_ {
+    move |source| JoinError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What to join.
+#[derive(Clone, Debug)]
+pub struct JoinConfig {
+    /// Base URLs of the source nodes (`http://host:port`).
+    pub sources: Vec<String>,
+    /// The trie.
+    pub tid: u32,
+    /// The version to join at (default: the newest version of the first source that answers).
+    pub version: Option<Version>,
+    /// The trusted root at that version (default: the digests of at least two sources, which must agree).
+    pub trusted_root: Option<Hash>,
+    /// The trusted history root at that version (default: the agreeing digests).
+    pub trusted_history_root: Option<Hash>,
+    /// Chunks fetched at once.
+    pub parallel: usize,
+    /// Pairs per chunk asked of the source.
+    pub max_pairs: u64,
+    /// Tries of one chunk (each from the next source) before the join gives up.
+    pub attempts: usize,
+}
+
+impl JoinConfig {
+    /// A join of trie 0 from `sources` with the defaults.
+    pub fn new(sources: Vec<String>) -> Self {
+        JoinConfig {
+            sources,
+            tid: 0,
+            version: None,
+            trusted_root: None,
+            trusted_history_root: None,
+            parallel: 4,
+            max_pairs: DEFAULT_SNAPSHOT_PAIRS,
+            attempts: 6,
+        }
+    }
+}
+
+/// What is trusted, recorded in `join.json` before the first chunk is fetched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trusted {
+    /// Trie id.
+    pub tid: u32,
+    /// Version.
+    pub version: Version,
+    /// Root (hex).
+    pub root: String,
+    /// History length at the version.
+    pub history_len: u64,
+    /// History root (hex).
+    pub history_root: String,
+    /// The manifest's chunk size asked of the sources.
+    pub max_pairs: u64,
+}
+
+impl Trusted {
+    fn root(&self) -> Hash {
+        Hash::from_hex(&self.root).unwrap_or(letus_verify::EMPTY)
+    }
+    fn history_root(&self) -> Hash {
+        Hash::from_hex(&self.history_root).unwrap_or(letus_verify::EMPTY)
+    }
+}
+
+/// What [`fetch`] did.
+#[derive(Clone, Debug, Default)]
+pub struct FetchReport {
+    /// Chunks in the manifest.
+    pub chunks: usize,
+    /// Pairs in the state.
+    pub pairs: u64,
+    /// Chunks fetched and verified by this run.
+    pub fetched: usize,
+    /// Chunks already on disk from an earlier run (not fetched again).
+    pub reused: usize,
+    /// Bytes of chunks fetched by this run.
+    pub bytes: u64,
+    /// Each chunk (or manifest) that failed, with its source and error code, in the order seen.
+    pub failures: Vec<String>,
+    /// Time taken.
+    pub seconds: f64,
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into()
+}
+
+/// Most bytes read from one answer: a chunk is at most `max_chunk_bytes`; a manifest at most its entries.
+const MAX_ANSWER: u64 = 80 << 20;
+
+fn get_bytes(agent: &ureq::Agent, url: &str) -> Result<Vec<u8>, String> {
+    let mut res = agent.get(url).call().map_err(|e| format!("{url}: {e}"))?;
+    let status = res.status();
+    let body = res
+        .body_mut()
+        .with_config()
+        .limit(MAX_ANSWER)
+        .read_to_vec()
+        .map_err(|e| format!("{url}: reading the answer: {e}"))?;
+    if !status.is_success() {
+        let code = serde_json::from_slice::<crate::api::ErrorBody>(&body)
+            .map(|b| b.error.code)
+            .unwrap_or_default();
+        return Err(format!("{url}: {status} {code}"));
+    }
+    Ok(body)
+}
+
+fn get_json<T: serde::de::DeserializeOwned>(agent: &ureq::Agent, url: &str) -> Result<T, String> {
+    let b = get_bytes(agent, url)?;
+    serde_json::from_slice(&b).map_err(|e| format!("{url}: not the documented JSON: {e}"))
+}
+
+/// Like [`get_json`], but a 404 is `Ok(None)`.
+fn get_json_opt<T: serde::de::DeserializeOwned>(
+    agent: &ureq::Agent,
+    url: &str,
+) -> Result<Option<T>, String> {
+    match get_json(agent, url) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.contains(" 404 ") => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn digest_of(d: &DigestsResponse, tid: u32) -> Option<Digest> {
+    d.digests.iter().find(|x| x.tid == tid).cloned()
+}
+
+/// Writes `bytes` to `path` durably: a temporary name, fsync, rename, fsync of the directory.
+fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), JoinError> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), JoinError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))
+}
+
+fn chunk_path(dir: &Path, i: usize) -> PathBuf {
+    dir.join("chunks").join(format!("{i:06}"))
+}
+
+/// Establishes what is trusted (see the module documentation), or reads it back from `DIR/join.json`.
+fn trust(dir: &Path, cfg: &JoinConfig, agent: &ureq::Agent) -> Result<Trusted, JoinError> {
+    let file = dir.join("join.json");
+    if file.exists() {
+        let text = std::fs::read(&file).map_err(io(&file))?;
+        let t: Trusted = serde_json::from_slice(&text)
+            .map_err(|e| JoinError::Config(format!("{}: {e}", file.display())))?;
+        let conflict = cfg.version.is_some_and(|v| v != t.version)
+            || cfg.tid != t.tid
+            || cfg.trusted_root.is_some_and(|r| r != t.root());
+        if conflict {
+            return Err(JoinError::Config(format!(
+                "{} holds an unfinished join of trie {} at version {}; finish it, or remove the directory to join another",
+                dir.display(),
+                t.tid,
+                t.version
+            )));
+        }
+        return Ok(t);
+    }
+    if cfg.sources.is_empty() {
+        return Err(JoinError::Config("no source given".into()));
+    }
+    let mut errors = Vec::new();
+    let version = match cfg.version {
+        Some(v) => v,
+        None => cfg
+            .sources
+            .iter()
+            .find_map(
+                |s| match get_json::<DigestsResponse>(agent, &format!("{s}/v1/digest")) {
+                    Ok(d) => Some(d.version),
+                    Err(e) => {
+                        errors.push(e);
+                        None
+                    }
+                },
+            )
+            .ok_or_else(|| JoinError::Sources(errors.join("; ")))?,
+    };
+    let mut seen: Vec<(String, Digest)> = Vec::new();
+    for s in &cfg.sources {
+        match get_json::<DigestsResponse>(agent, &format!("{s}/v1/digest/{version}")) {
+            Ok(d) => match digest_of(&d, cfg.tid) {
+                Some(d) => seen.push((s.clone(), d)),
+                None => errors.push(format!("{s}: no trie {} at version {version}", cfg.tid)),
+            },
+            Err(e) => errors.push(e),
+        }
+    }
+    let Some((first_src, first)) = seen.first().cloned() else {
+        return Err(JoinError::Sources(errors.join("; ")));
+    };
+    if let Some((s, d)) = seen.iter().find(|(_, d)| *d != first) {
+        return Err(JoinError::Disagree(format!(
+            "{first_src} says root {} history {} at version {version}, {s} says root {} history {}",
+            first.root, first.history_root, d.root, d.history_root
+        )));
+    }
+    match cfg.trusted_root {
+        Some(r) if r != first.root => {
+            return Err(JoinError::Disagree(format!(
+                "the sources say root {} at version {version}, the trusted root is {r}",
+                first.root
+            )))
+        }
+        Some(_) => {}
+        None if seen.len() >= 2 => {}
+        None => {
+            return Err(JoinError::Config(format!(
+                "only {} source(s) answered: give a trusted root (--trusted-root) or at least two sources that agree",
+                seen.len()
+            )))
+        }
+    }
+    if let Some(h) = cfg.trusted_history_root {
+        if h != first.history_root {
+            return Err(JoinError::Disagree(format!(
+                "the sources say history root {} at version {version}, the trusted one is {h}",
+                first.history_root
+            )));
+        }
+    }
+    let t = Trusted {
+        tid: cfg.tid,
+        version,
+        root: first.root.to_hex(),
+        history_len: first.history_len,
+        history_root: first.history_root.to_hex(),
+        max_pairs: cfg.max_pairs,
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let text = serde_json::to_vec_pretty(&t).map_err(|e| JoinError::Config(e.to_string()))?;
+    write_durably(&file, &text)?;
+    Ok(t)
+}
+
+fn verified_manifest(t: &Trusted, bytes: &[u8]) -> Result<VerifiedManifest, SnapshotError> {
+    Manifest::decode(bytes, &Limits::default())
+        .map_err(SnapshotError::from)
+        .and_then(|m| m.verify(t.tid, t.version, &t.root()))
+}
+
+/// Steps 1-4: the trusted state's manifest, chunks and history frontier, verified, in `dir` (resumed if `dir`
+/// holds an unfinished fetch). Returns the trust record and what was done.
+pub fn fetch(dir: &Path, cfg: &JoinConfig) -> Result<(Trusted, FetchReport), JoinError> {
+    let started = Instant::now();
+    let agent = agent();
+    let t = trust(dir, cfg, &agent)?;
+    let mut report = FetchReport::default();
+    let mpath = dir.join("manifest.bin");
+    let manifest = match std::fs::read(&mpath) {
+        Ok(b) => verified_manifest(&t, &b).map_err(|e| JoinError::Verify {
+            what: format!("{} (saved earlier)", mpath.display()),
+            code: e.code(),
+        })?,
+        Err(_) => {
+            let mut got = None;
+            let mut errors = Vec::new();
+            for s in &cfg.sources {
+                let url = format!(
+                    "{s}/v1/tries/{}/snapshot?version={}&max_pairs={}",
+                    t.tid, t.version, t.max_pairs
+                );
+                match get_bytes(&agent, &url) {
+                    Ok(b) => match verified_manifest(&t, &b) {
+                        Ok(m) => {
+                            write_durably(&mpath, &b)?;
+                            got = Some(m);
+                            break;
+                        }
+                        Err(e) => {
+                            let f = format!("manifest from {s}: {}: {e}", e.code());
+                            tracing::warn!("{f}");
+                            report.failures.push(f);
+                        }
+                    },
+                    Err(e) => errors.push(e),
+                }
+            }
+            got.ok_or_else(|| {
+                JoinError::Sources(format!(
+                    "no verified manifest: {}",
+                    errors
+                        .into_iter()
+                        .chain(report.failures.iter().cloned())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ))
+            })?
+        }
+    };
+    report.chunks = manifest.items().len();
+    report.pairs = manifest.pairs();
+    let cdir = dir.join("chunks");
+    std::fs::create_dir_all(&cdir).map_err(io(&cdir))?;
+    let missing: Vec<usize> = (0..report.chunks)
+        .filter(|&i| !chunk_path(dir, i).exists())
+        .collect();
+    report.reused = report.chunks - missing.len();
+    tracing::info!(
+        chunks = report.chunks,
+        pairs = report.pairs,
+        to_fetch = missing.len(),
+        "joining trie {} at version {}",
+        t.tid,
+        t.version
+    );
+    let next = AtomicUsize::new(0);
+    let fetched = AtomicUsize::new(0);
+    let bytes = AtomicU64::new(0);
+    let failures = Mutex::new(Vec::new());
+    let fatal: Mutex<Option<JoinError>> = Mutex::new(None);
+    let stop = AtomicBool::new(false);
+    let sources = &cfg.sources;
+    let work = || {
+        let agent = agent.clone();
+        while !stop.load(Ordering::Relaxed) {
+            let n = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&i) = missing.get(n) else { return };
+            let item = manifest.items()[i];
+            let mut last_code = "sources_failed";
+            let mut done = false;
+            for attempt in 0..cfg.attempts.max(1) {
+                let s = &sources[(i + attempt) % sources.len()];
+                let url = format!(
+                    "{s}/v1/tries/{}/snapshot/chunks/{i}?version={}&depth={}&prefix={}",
+                    t.tid,
+                    t.version,
+                    item.depth,
+                    hex(&item.prefix)
+                );
+                let b = match get_bytes(&agent, &url) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let f = format!("chunk {i}: {e}");
+                        tracing::warn!("{f}");
+                        failures.lock().map(|mut v| v.push(f)).ok();
+                        std::thread::sleep(Duration::from_millis(50 << attempt.min(5)));
+                        continue;
+                    }
+                };
+                match manifest.verify_chunk(i as u32, &b, &Limits::default()) {
+                    Ok(_) => {
+                        if let Err(e) = write_durably(&chunk_path(dir, i), &b) {
+                            *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                            stop.store(true, Ordering::Relaxed);
+                            return;
+                        }
+                        bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
+                        let f = fetched.fetch_add(1, Ordering::Relaxed) + 1;
+                        if f.is_multiple_of(64) {
+                            tracing::info!("{f}/{} chunks fetched and verified", missing.len());
+                        }
+                        done = true;
+                        break;
+                    }
+                    Err(e) => {
+                        last_code = e.code();
+                        let f = format!(
+                            "chunk {i} (depth {}, prefix {}) from {s}: {}: {e}",
+                            item.depth,
+                            hex(&item.prefix[..usize::from(item.depth).div_ceil(2)]),
+                            e.code()
+                        );
+                        tracing::warn!("{f}; fetching it again from the next source");
+                        failures.lock().map(|mut v| v.push(f)).ok();
+                    }
+                }
+            }
+            if !done {
+                *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(JoinError::Verify {
+                    what: format!("chunk {i} (after {} tries)", cfg.attempts.max(1)),
+                    code: last_code,
+                });
+                stop.store(true, Ordering::Relaxed);
+                return;
+            }
+        }
+    };
+    std::thread::scope(|sc| {
+        for _ in 0..cfg.parallel.max(1) {
+            sc.spawn(work);
+        }
+    });
+    report
+        .failures
+        .extend(failures.into_inner().unwrap_or_default());
+    report.fetched = fetched.into_inner();
+    report.bytes = bytes.into_inner();
+    if let Some(e) = fatal.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    sync_dir(&cdir)?;
+    fetch_frontier(dir, &t, cfg, &agent)?;
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok((t, report))
+}
+
+/// The history frontier before `t.version`, verified: with the trusted root appended it gives the trusted
+/// history root and length. Saved as `DIR/history.json`.
+fn fetch_frontier(
+    dir: &Path,
+    t: &Trusted,
+    cfg: &JoinConfig,
+    agent: &ureq::Agent,
+) -> Result<(), JoinError> {
+    let path = dir.join("history.json");
+    if path.exists() {
+        return Ok(());
+    }
+    let mut errors = Vec::new();
+    for s in &cfg.sources {
+        let url = format!("{s}/v1/digest/frontier?tid={}&version={}", t.tid, t.version);
+        match get_json::<FrontierResponse>(agent, &url) {
+            Ok(f) => match check_frontier(t, &f) {
+                Ok(()) => {
+                    let text = serde_json::to_vec_pretty(&f)
+                        .map_err(|e| JoinError::Config(e.to_string()))?;
+                    return write_durably(&path, &text);
+                }
+                Err(e) => errors.push(format!("{s}: {e}")),
+            },
+            Err(e) => errors.push(e),
+        }
+    }
+    Err(JoinError::Sources(format!(
+        "no verified history frontier: {}",
+        errors.join("; ")
+    )))
+}
+
+fn check_frontier(t: &Trusted, f: &FrontierResponse) -> Result<(), String> {
+    if (f.tid, f.version) != (t.tid, t.version) {
+        return Err("a frontier for another trie or version".into());
+    }
+    let (size, peaks) = f.to_frontier().ok_or("a peak is not 64 hex digits")?;
+    let mut tree = HistoryTree::from_frontier(size, peaks).map_err(|e| e.to_string())?;
+    tree.push(history_leaf(t.tid, t.version, &t.root()));
+    if tree.len() != t.history_len || tree.root() != t.history_root() {
+        return Err(format!(
+            "the frontier gives history {} of length {}, the trusted history is {} of length {}",
+            tree.root(),
+            tree.len(),
+            t.history_root,
+            t.history_len
+        ));
+    }
+    Ok(())
+}
+
+/// What [`import`] did.
+#[derive(Clone, Debug)]
+pub struct ImportReport {
+    /// Pairs stored.
+    pub pairs: u64,
+    /// Time taken (reading, verifying and storing).
+    pub seconds: f64,
+}
+
+/// Step 5: bulk-loads the verified chunks in `dir` into a new store at `data/state` (see the module
+/// documentation); `dir` must hold a finished [`fetch`].
+pub fn import(
+    dir: &Path,
+    data: &Path,
+    opts: Options,
+) -> Result<(Trusted, ImportReport), JoinError> {
+    let started = Instant::now();
+    let file = dir.join("join.json");
+    let t: Trusted = serde_json::from_slice(&std::fs::read(&file).map_err(io(&file))?)
+        .map_err(|e| JoinError::Config(format!("{}: {e}", file.display())))?;
+    let mpath = dir.join("manifest.bin");
+    let manifest =
+        verified_manifest(&t, &std::fs::read(&mpath).map_err(io(&mpath))?).map_err(|e| {
+            JoinError::Verify {
+                what: mpath.display().to_string(),
+                code: e.code(),
+            }
+        })?;
+    let hpath = dir.join("history.json");
+    let f: FrontierResponse =
+        serde_json::from_slice(&std::fs::read(&hpath).map_err(io(&hpath))?)
+            .map_err(|e| JoinError::Config(format!("{}: {e}", hpath.display())))?;
+    check_frontier(&t, &f).map_err(JoinError::Config)?;
+    let frontier = f.to_frontier();
+    let state = data.join("state");
+    if state.exists() {
+        return Err(JoinError::Config(format!(
+            "{} already holds a store",
+            data.display()
+        )));
+    }
+    let tmp = data.join("state.joining");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    }
+    std::fs::create_dir_all(data).map_err(io(data))?;
+    let pairs = manifest.pairs();
+    let store = if pairs == 0 {
+        // The empty trie: nothing to load; a store with one empty commit would carry another history.
+        return Err(JoinError::Config(
+            "the trie is empty at that version: there is nothing to join".into(),
+        ));
+    } else {
+        let items = manifest.items().len();
+        let mut next_chunk = 0usize;
+        let mut current: std::vec::IntoIter<(Vec<u8>, Vec<u8>)> = Vec::new().into_iter();
+        let mut bad: Option<JoinError> = None;
+        let loaded = Store::bulk_load(&tmp, opts, t.tid, t.version, frontier, || loop {
+            if let Some(p) = current.next() {
+                return Ok(Some(p));
+            }
+            if next_chunk == items {
+                return Ok(None);
+            }
+            let path = chunk_path(dir, next_chunk);
+            let b = std::fs::read(&path).map_err(|e| {
+                letus_core::Error::InvalidBulkLoad(format!("{}: {e}", path.display()))
+            })?;
+            let c: Chunk = manifest
+                .verify_chunk(next_chunk as u32, &b, &Limits::default())
+                .map_err(|e| {
+                    bad = Some(JoinError::Verify {
+                        what: path.display().to_string(),
+                        code: e.code(),
+                    });
+                    letus_core::Error::InvalidBulkLoad(format!("{}: {e}", path.display()))
+                })?;
+            next_chunk += 1;
+            current = c.pairs.into_iter();
+        });
+        match loaded {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&tmp);
+                return Err(bad.unwrap_or(JoinError::Store(e)));
+            }
+        }
+    };
+    let d = store.digest(t.tid, t.version)?;
+    if d.root != t.root() || d.history_root != t.history_root() || d.history_len != t.history_len {
+        drop(store);
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(JoinError::Diverged(format!(
+            "the imported store's digest at {} is root {} history {}/{}, the trusted one root {} history {}/{}",
+            t.version, d.root, d.history_len, d.history_root, t.root, t.history_len, t.history_root
+        )));
+    }
+    store.close()?;
+    std::fs::rename(&tmp, &state).map_err(io(&state))?;
+    sync_dir(data)?;
+    Ok((
+        t,
+        ImportReport {
+            pairs,
+            seconds: started.elapsed().as_secs_f64(),
+        },
+    ))
+}
+
+/// Steps 1-5 for a node's data directory: fetches into `data/join` (resuming it), imports, stores the raw
+/// block of the snapshot's version, and removes `data/join`. Nothing to do when `data/state` exists.
+pub fn join(
+    data: &Path,
+    cfg: &JoinConfig,
+    opts: Options,
+) -> Result<Option<(FetchReport, ImportReport)>, JoinError> {
+    if data.join("state").exists() {
+        return Ok(None);
+    }
+    let dir = data.join("join");
+    let (t, fetched) = fetch(&dir, cfg)?;
+    let (_, imported) = import(&dir, data, opts)?;
+    let agent = agent();
+    if let Some(b) = cfg.sources.iter().find_map(|s| {
+        get_json_opt::<BlockResponse>(&agent, &format!("{s}/v1/blocks/{}", t.version))
+            .ok()
+            .flatten()
+    }) {
+        if let Some(raw) = unhex(&b.block) {
+            let mut blocks = crate::blockstore::BlockStore::open(
+                &data.join("blocks"),
+                crate::blockstore::BlockStoreOptions::default(),
+            )
+            .map_err(|e| JoinError::Config(format!("block store: {e}")))?;
+            if blocks.latest_version().is_none() {
+                blocks
+                    .append(
+                        t.version,
+                        crate::node::request_hash(t.version, &[], &raw),
+                        &raw,
+                    )
+                    .map_err(|e| JoinError::Config(format!("block store: {e}")))?;
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
+    sync_dir(data)?;
+    Ok(Some((fetched, imported)))
+}
+
+/// Step 6: applies the source's versions after the node's newest one, as blocks, until the node has the
+/// source's newest version (and then, with `forever`, keeps polling until `stop`). Each applied version's
+/// digest must equal the source's. Returns the number of versions applied.
+pub fn follow(
+    node: &Node,
+    sources: &[String],
+    tid: u32,
+    stop: &AtomicBool,
+    forever: bool,
+) -> Result<u64, JoinError> {
+    let agent = agent();
+    let mut applied = 0u64;
+    let mut source = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let s = &sources[source % sources.len()];
+        let head = match get_json::<DigestsResponse>(&agent, &format!("{s}/v1/digest")) {
+            Ok(d) => d.version,
+            Err(e) => {
+                tracing::warn!("following: {e}");
+                source += 1;
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
+        };
+        let ours = node
+            .digests(None)
+            .map(|d| d.version)
+            .map_err(|e| JoinError::Config(format!("{e:?}")))?;
+        if ours >= head {
+            if !forever {
+                return Ok(applied);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        }
+        for v in ours + 1..=head {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            match apply_version(node, &agent, s, tid, v) {
+                Ok(()) => applied += 1,
+                Err(JoinError::Sources(e)) => {
+                    tracing::warn!("following: {e}");
+                    source += 1;
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(applied)
+}
+
+fn apply_version(
+    node: &Node,
+    agent: &ureq::Agent,
+    s: &str,
+    tid: u32,
+    v: Version,
+) -> Result<(), JoinError> {
+    let src = |e: String| JoinError::Sources(e);
+    let theirs: DigestsResponse = get_json(agent, &format!("{s}/v1/digest/{v}")).map_err(src)?;
+    if theirs.digests.iter().any(|d| d.tid != tid) {
+        return Err(JoinError::Config(format!(
+            "version {v} of {s} has tries other than {tid}: a joined node follows one trie"
+        )));
+    }
+    let changes: ChangesResponse = get_json(
+        agent,
+        &format!("{s}/v1/tries/{tid}/changes?from={}&to={v}", v - 1),
+    )
+    .map_err(src)?;
+    let block = get_json_opt::<BlockResponse>(agent, &format!("{s}/v1/blocks/{v}"))
+        .map_err(src)?
+        .map(|b| b.block);
+    let ours = node
+        .write_block(BlockRequest {
+            version: v,
+            writes: changes.changes,
+            block,
+            access_list: vec![],
+        })
+        .map_err(|e| JoinError::Config(format!("applying version {v}: {e:?}")))?;
+    if ours.digests != theirs.digests {
+        return Err(JoinError::Diverged(format!(
+            "at version {v} this node has {:?}, {s} has {:?}",
+            ours.digests, theirs.digests
+        )));
+    }
+    Ok(())
+}
+
+/// The follower as a background thread for a serving node: stops when `stop` is set.
+pub fn spawn_follower(
+    node: Arc<Node>,
+    sources: Vec<String>,
+    tid: u32,
+    stop: Arc<AtomicBool>,
+    forever: bool,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || match follow(&node, &sources, tid, &stop, forever) {
+        Ok(n) => tracing::info!(versions = n, "caught up with the sources"),
+        Err(e) => tracing::error!(code = e.code(), "following stopped: {e}"),
+    })
+}
