@@ -374,9 +374,28 @@ fn verified_manifest(t: &Trusted, bytes: &[u8]) -> Result<VerifiedManifest, Snap
 /// holds an unfinished fetch). Returns the trust record and what was done.
 pub fn fetch(dir: &Path, cfg: &JoinConfig) -> Result<(Trusted, FetchReport), JoinError> {
     let started = Instant::now();
+    let mut report = FetchReport::default();
+    let (t, manifest) = prepare(dir, cfg, &mut report)?;
+    fetch_chunks(
+        dir,
+        cfg,
+        &t,
+        &manifest,
+        &mut report,
+        &AtomicBool::new(false),
+    )?;
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok((t, report))
+}
+
+/// Steps 1, 2 and 4: the trust record, the verified manifest and the verified history frontier, in `dir`.
+fn prepare(
+    dir: &Path,
+    cfg: &JoinConfig,
+    report: &mut FetchReport,
+) -> Result<(Trusted, VerifiedManifest), JoinError> {
     let agent = agent();
     let t = trust(dir, cfg, &agent)?;
-    let mut report = FetchReport::default();
     let mpath = dir.join("manifest.bin");
     let manifest = match std::fs::read(&mpath) {
         Ok(b) => verified_manifest(&t, &b).map_err(|e| JoinError::Verify {
@@ -421,6 +440,35 @@ pub fn fetch(dir: &Path, cfg: &JoinConfig) -> Result<(Trusted, FetchReport), Joi
     };
     report.chunks = manifest.items().len();
     report.pairs = manifest.pairs();
+    fetch_frontier(dir, &t, cfg, &agent)?;
+    Ok((t, manifest))
+}
+
+/// Step 3: every chunk not yet in `dir`, verified on arrival. Sets `failed` when it gives up (an importer
+/// waiting for the chunks then stops).
+fn fetch_chunks(
+    dir: &Path,
+    cfg: &JoinConfig,
+    t: &Trusted,
+    manifest: &VerifiedManifest,
+    report: &mut FetchReport,
+    failed: &AtomicBool,
+) -> Result<(), JoinError> {
+    let r = fetch_chunks_inner(dir, cfg, t, manifest, report);
+    if r.is_err() {
+        failed.store(true, Ordering::Release);
+    }
+    r
+}
+
+fn fetch_chunks_inner(
+    dir: &Path,
+    cfg: &JoinConfig,
+    t: &Trusted,
+    manifest: &VerifiedManifest,
+    report: &mut FetchReport,
+) -> Result<(), JoinError> {
+    let agent = agent();
     let cdir = dir.join("chunks");
     std::fs::create_dir_all(&cdir).map_err(io(&cdir))?;
     let missing: Vec<usize> = (0..report.chunks)
@@ -520,10 +568,7 @@ pub fn fetch(dir: &Path, cfg: &JoinConfig) -> Result<(Trusted, FetchReport), Joi
     if let Some(e) = fatal.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
     }
-    sync_dir(&cdir)?;
-    fetch_frontier(dir, &t, cfg, &agent)?;
-    report.seconds = started.elapsed().as_secs_f64();
-    Ok((t, report))
+    sync_dir(&cdir)
 }
 
 /// The history frontier before `t.version`, verified: with the trusted root appended it gives the trusted
@@ -583,7 +628,7 @@ fn check_frontier(t: &Trusted, f: &FrontierResponse) -> Result<(), String> {
 pub struct ImportReport {
     /// Pairs stored.
     pub pairs: u64,
-    /// Time taken (reading, verifying and storing).
+    /// Time taken (reading and storing; with `join`, from the start of the join).
     pub seconds: f64,
 }
 
@@ -593,6 +638,17 @@ pub fn import(
     dir: &Path,
     data: &Path,
     opts: Options,
+) -> Result<(Trusted, ImportReport), JoinError> {
+    import_while_fetching(dir, data, opts, None)
+}
+
+/// [`import`]; with `fetching`, the chunks are still arriving: each one is waited for (until the fetch gives
+/// up, which sets the flag), so that storing overlaps fetching.
+fn import_while_fetching(
+    dir: &Path,
+    data: &Path,
+    opts: Options,
+    fetching: Option<&AtomicBool>,
 ) -> Result<(Trusted, ImportReport), JoinError> {
     let started = Instant::now();
     let file = dir.join("join.json");
@@ -643,17 +699,49 @@ pub fn import(
                 return Ok(None);
             }
             let path = chunk_path(dir, next_chunk);
+            if let Some(failed) = fetching {
+                while !path.exists() {
+                    if failed.load(Ordering::Acquire) {
+                        return Err(letus_core::Error::Cancelled);
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
             let b = std::fs::read(&path).map_err(|e| {
                 letus_core::Error::InvalidBulkLoad(format!("{}: {e}", path.display()))
             })?;
-            let c: Chunk = manifest
-                .verify_chunk(next_chunk as u32, &b, &Limits::default())
-                .map_err(|e| {
+            // Each chunk verified when it arrived, and the root of everything loaded is checked against the
+            // trusted one below: hashing every chunk again here would only name a damaged file earlier (which
+            // the check below does when the root differs). What is checked here is that the file is the entry's.
+            let item = manifest.items()[next_chunk];
+            let c = Chunk::decode(&b, &Limits::default())
+                .ok()
+                .filter(|c| {
+                    (
+                        c.tid,
+                        c.version,
+                        c.index as usize,
+                        c.depth,
+                        c.prefix,
+                        c.pairs.len() as u64,
+                    ) == (
+                        t.tid,
+                        t.version,
+                        next_chunk,
+                        item.depth,
+                        item.prefix,
+                        item.count,
+                    )
+                })
+                .ok_or_else(|| {
                     bad = Some(JoinError::Verify {
                         what: path.display().to_string(),
-                        code: e.code(),
+                        code: "chunk_mismatch",
                     });
-                    letus_core::Error::InvalidBulkLoad(format!("{}: {e}", path.display()))
+                    letus_core::Error::InvalidBulkLoad(format!(
+                        "{} is not chunk {next_chunk}",
+                        path.display()
+                    ))
                 })?;
             next_chunk += 1;
             current = c.pairs.into_iter();
@@ -670,6 +758,25 @@ pub fn import(
     if d.root != t.root() || d.history_root != t.history_root() || d.history_len != t.history_len {
         drop(store);
         let _ = std::fs::remove_dir_all(&tmp);
+        // A chunk file changed since it verified: name it and remove it, so that the next run fetches it again.
+        for i in 0..manifest.items().len() {
+            let path = chunk_path(dir, i);
+            let ok = std::fs::read(&path).ok().is_some_and(|b| {
+                manifest
+                    .verify_chunk(i as u32, &b, &Limits::default())
+                    .is_ok()
+            });
+            if !ok {
+                let _ = std::fs::remove_file(&path);
+                return Err(JoinError::Verify {
+                    what: format!(
+                        "{} (damaged since it was fetched; removed, run the join again)",
+                        path.display()
+                    ),
+                    code: "root_mismatch",
+                });
+            }
+        }
         return Err(JoinError::Diverged(format!(
             "the imported store's digest at {} is root {} history {}/{}, the trusted one root {} history {}/{}",
             t.version, d.root, d.history_len, d.history_root, t.root, t.history_len, t.history_root
@@ -698,8 +805,25 @@ pub fn join(
         return Ok(None);
     }
     let dir = data.join("join");
-    let (t, fetched) = fetch(&dir, cfg)?;
-    let (_, imported) = import(&dir, data, opts)?;
+    let started = Instant::now();
+    let mut fetched = FetchReport::default();
+    let (t, manifest) = prepare(&dir, cfg, &mut fetched)?;
+    // The chunks are stored as they arrive, in entry order, while the next ones are fetched.
+    let failed = AtomicBool::new(false);
+    let (f, imported) = std::thread::scope(|sc| {
+        let fetcher = sc.spawn(|| {
+            let r = fetch_chunks(&dir, cfg, &t, &manifest, &mut fetched, &failed);
+            fetched.seconds = started.elapsed().as_secs_f64();
+            r
+        });
+        let imported = import_while_fetching(&dir, data, opts, Some(&failed));
+        (fetcher.join(), imported)
+    });
+    match f {
+        Ok(r) => r?,
+        Err(_) => return Err(JoinError::Config("the chunk fetcher panicked".into())),
+    }
+    let (_, imported) = imported?;
     let agent = agent();
     if let Some(b) = cfg.sources.iter().find_map(|s| {
         get_json_opt::<BlockResponse>(&agent, &format!("{s}/v1/blocks/{}", t.version))
@@ -763,34 +887,57 @@ pub fn follow(
             std::thread::sleep(Duration::from_millis(200));
             continue;
         }
-        for v in ours + 1..=head {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            match apply_version(node, &agent, s, tid, v) {
-                Ok(()) => applied += 1,
-                Err(JoinError::Sources(e)) => {
-                    tracing::warn!("following: {e}");
-                    source += 1;
-                    break;
+        // The next versions are fetched ahead (a few at a time) while this one is applied: a version's answers
+        // take several round trips, and its commit does not need them.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Fetched, JoinError>>(FETCH_AHEAD);
+        let batch = std::thread::scope(|sc| {
+            let agent = &agent;
+            // The sender moves into the fetcher, so the receiver's loop ends when the fetcher does.
+            sc.spawn(move || {
+                for v in ours + 1..=head {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let f = fetch_version(&agent, s, tid, v);
+                    let failed = f.is_err();
+                    if tx.send(f).is_err() || failed {
+                        return;
+                    }
                 }
-                Err(e) => return Err(e),
+            });
+            for f in rx.iter() {
+                apply_fetched(node, s, f?)?;
+                applied += 1;
             }
+            Ok::<(), JoinError>(())
+        });
+        match batch {
+            Ok(()) => {}
+            Err(JoinError::Sources(e)) => {
+                tracing::warn!("following: {e}");
+                source += 1;
+            }
+            Err(e) => return Err(e),
         }
     }
     Ok(applied)
 }
 
-fn apply_version(
-    node: &Node,
-    agent: &ureq::Agent,
-    s: &str,
-    tid: u32,
-    v: Version,
-) -> Result<(), JoinError> {
-    let src = |e: String| JoinError::Sources(e);
-    let theirs: DigestsResponse = get_json(agent, &format!("{s}/v1/digest/{v}")).map_err(src)?;
-    if theirs.digests.iter().any(|d| d.tid != tid) {
+/// Versions fetched ahead of the one being applied.
+const FETCH_AHEAD: usize = 8;
+
+/// What a source says about one version: its digests, key changes and raw block.
+struct Fetched {
+    version: Version,
+    digests: DigestsResponse,
+    changes: ChangesResponse,
+    block: Option<String>,
+}
+
+fn fetch_version(agent: &ureq::Agent, s: &str, tid: u32, v: Version) -> Result<Fetched, JoinError> {
+    let src = JoinError::Sources;
+    let digests: DigestsResponse = get_json(agent, &format!("{s}/v1/digest/{v}")).map_err(src)?;
+    if digests.digests.iter().any(|d| d.tid != tid) {
         return Err(JoinError::Config(format!(
             "version {v} of {s} has tries other than {tid}: a joined node follows one trie"
         )));
@@ -803,18 +950,38 @@ fn apply_version(
     let block = get_json_opt::<BlockResponse>(agent, &format!("{s}/v1/blocks/{v}"))
         .map_err(src)?
         .map(|b| b.block);
+    Ok(Fetched {
+        version: v,
+        digests,
+        changes,
+        block,
+    })
+}
+
+fn apply_fetched(node: &Node, s: &str, f: Fetched) -> Result<(), JoinError> {
+    let v = f.version;
+    // The changed keys as the access list: their pages and values load in parallel before the writes apply.
+    let access_list = f
+        .changes
+        .changes
+        .iter()
+        .map(|w| crate::api::AccessKey {
+            tid: w.tid,
+            key: w.key.clone(),
+        })
+        .collect();
     let ours = node
         .write_block(BlockRequest {
             version: v,
-            writes: changes.changes,
-            block,
-            access_list: vec![],
+            writes: f.changes.changes,
+            block: f.block,
+            access_list,
         })
         .map_err(|e| JoinError::Config(format!("applying version {v}: {e:?}")))?;
-    if ours.digests != theirs.digests {
+    if ours.digests != f.digests.digests {
         return Err(JoinError::Diverged(format!(
             "at version {v} this node has {:?}, {s} has {:?}",
-            ours.digests, theirs.digests
+            ours.digests, f.digests.digests
         )));
     }
     Ok(())
