@@ -898,7 +898,7 @@ pub fn follow(
                     if stop.load(Ordering::Relaxed) {
                         return;
                     }
-                    let f = fetch_version(&agent, s, tid, v);
+                    let f = fetch_version(agent, s, tid, v);
                     let failed = f.is_err();
                     if tx.send(f).is_err() || failed {
                         return;
