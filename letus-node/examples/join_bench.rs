@@ -47,6 +47,9 @@ struct Args {
     /// Pairs per chunk.
     #[arg(long, default_value_t = letus_node::node::DEFAULT_SNAPSHOT_PAIRS)]
     max_pairs: u64,
+    /// B's `--join-max-pairs-per-sec` (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    max_pairs_per_sec: u64,
     /// Run B at `nice -n 19`, as if on another machine: A's figure then shows what serving costs A, not what
     /// B's verifying and storing on the same two cores cost it.
     #[arg(long)]
@@ -267,6 +270,8 @@ fn main() {
         args.parallel.to_string(),
         "--join-max-pairs".into(),
         args.max_pairs.to_string(),
+        "--join-max-pairs-per-sec".into(),
+        args.max_pairs_per_sec.to_string(),
         "--follow".into(),
     ];
     let b_flags: Vec<&str> = b_flags.iter().map(String::as_str).collect();
@@ -316,6 +321,7 @@ fn main() {
                 "A blocks/s while serving": serving,
                 "A commit rate while serving / idle": serving / idle,
                 "B niced": args.nice_b,
+                "B max pairs/s": args.max_pairs_per_sec,
                 "same digests": same,
             }
         })

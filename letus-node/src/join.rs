@@ -133,6 +133,9 @@ pub struct JoinConfig {
     pub max_pairs: u64,
     /// Tries of one chunk (each from the next source) before the join gives up.
     pub attempts: usize,
+    /// Most pairs fetched per second (0: no limit): a joiner paces itself so that serving it costs its sources
+    /// less of their commit throughput.
+    pub max_pairs_per_sec: u64,
 }
 
 impl JoinConfig {
@@ -147,6 +150,7 @@ impl JoinConfig {
             parallel: 4,
             max_pairs: DEFAULT_SNAPSHOT_PAIRS,
             attempts: 6,
+            max_pairs_per_sec: 0,
         }
     }
 }
@@ -490,12 +494,24 @@ fn fetch_chunks_inner(
     let fatal: Mutex<Option<JoinError>> = Mutex::new(None);
     let stop = AtomicBool::new(false);
     let sources = &cfg.sources;
+    // The pace: each chunk takes its pairs' share of the rate; a worker waits for its slot.
+    let pace = Mutex::new(Instant::now());
     let work = || {
         let agent = agent.clone();
         while !stop.load(Ordering::Relaxed) {
             let n = next.fetch_add(1, Ordering::Relaxed);
             let Some(&i) = missing.get(n) else { return };
             let item = manifest.items()[i];
+            if cfg.max_pairs_per_sec > 0 {
+                let slot = {
+                    let mut next_slot = pace.lock().unwrap_or_else(|p| p.into_inner());
+                    let start = (*next_slot).max(Instant::now());
+                    *next_slot = start
+                        + Duration::from_secs_f64(item.count as f64 / cfg.max_pairs_per_sec as f64);
+                    start
+                };
+                std::thread::sleep(slot.saturating_duration_since(Instant::now()));
+            }
             let mut last_code = "sources_failed";
             let mut done = false;
             for attempt in 0..cfg.attempts.max(1) {

@@ -105,6 +105,9 @@ pub struct JoinFlags {
     /// Pairs per chunk asked of the sources (default 16,384).
     #[arg(long, default_value_t = letus_node::node::DEFAULT_SNAPSHOT_PAIRS)]
     pub join_max_pairs: u64,
+    /// Most pairs fetched per second (default 0: no limit), so that serving the join costs the sources less.
+    #[arg(long, default_value_t = 0)]
+    pub join_max_pairs_per_sec: u64,
     /// After catching up, keep applying the sources' new versions (polling them) instead of stopping.
     #[arg(long)]
     pub follow: bool,
@@ -136,6 +139,7 @@ impl JoinFlags {
         c.trusted_history_root = hash(&self.trusted_history_root, "--trusted-history-root")?;
         c.parallel = self.join_parallel.max(1);
         c.max_pairs = self.join_max_pairs;
+        c.max_pairs_per_sec = self.join_max_pairs_per_sec;
         Ok(Some((c, self.follow)))
     }
 }
