@@ -133,6 +133,23 @@ impl PageSource for Engine {
     }
 }
 
+/// The engine as a page source for walks over the whole state (snapshot manifests and chunks, the changes
+/// between versions): pages in the cache are used, pages read from disk are not added to it. A walk of millions
+/// of pages would otherwise push out the pages the commits need (at 10M keys a snapshot walk made the source's
+/// commits three times slower).
+pub(super) struct ScanSource<'a>(pub(super) &'a Engine);
+
+impl PageSource for ScanSource<'_> {
+    fn load(&self, tid: TrieId, id: PageId, version: Version) -> Result<Arc<Page>> {
+        if let Some(p) = self.0.page_cache.get(&(tid, id, version)) {
+            Counters::add(&self.0.counters.page_cache_hits, 1);
+            return Ok(p);
+        }
+        Counters::add(&self.0.counters.page_cache_misses, 1);
+        Ok(Arc::new(self.0.read_page(tid, id, version)?))
+    }
+}
+
 impl Engine {
     /// Where records of `version` live: an index file, the table being flushed, or the MemIndexTable. Every
     /// record of index file `k` has its version in `(max_version of file k-1, max_version of file k]`, the frozen

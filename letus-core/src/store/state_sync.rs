@@ -30,7 +30,7 @@ impl View<'_> {
     ) -> Result<Vec<(KeyPath, Hash)>> {
         let root = self.engine.root_page(tid, self.at(version))?;
         let mut out = Vec::new();
-        trie::walk_after(self.engine, tid, &root, after, &mut |leaf| {
+        trie::walk_after(&ScanSource(self.engine), tid, &root, after, &mut |leaf| {
             out.push((leaf.path, leaf.hash()));
             Ok(out.len() < max)
         })?;
@@ -57,13 +57,19 @@ impl View<'_> {
             hash: EMPTY,
         };
         let mut leaves = Vec::new();
-        trie::walk_after(self.engine, tid, &root, start.as_ref(), &mut |leaf| {
-            if !item.covers(&leaf.path) {
-                return Ok(false);
-            }
-            leaves.push(*leaf);
-            Ok(leaves.len() < max)
-        })?;
+        trie::walk_after(
+            &ScanSource(self.engine),
+            tid,
+            &root,
+            start.as_ref(),
+            &mut |leaf| {
+                if !item.covers(&leaf.path) {
+                    return Ok(false);
+                }
+                leaves.push(*leaf);
+                Ok(leaves.len() < max)
+            },
+        )?;
         leaves.iter().map(|l| self.read_value(l, None)).collect()
     }
 
@@ -82,7 +88,13 @@ impl View<'_> {
             Err(e) => return Err(e),
         };
         let mut leaves = Vec::new();
-        trie::diff::diff(self.engine, tid, old.as_deref(), Some(&new), &mut leaves)?;
+        trie::diff::diff(
+            &ScanSource(self.engine),
+            tid,
+            old.as_deref(),
+            Some(&new),
+            &mut leaves,
+        )?;
         leaves
             .into_iter()
             .map(|(old, new)| match (old, new) {
