@@ -128,7 +128,7 @@ fn serve_logged(
         ])
         .arg(data)
         .args(flags)
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", "info,letus_node::join=debug")
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
@@ -330,6 +330,10 @@ fn main() {
         let _ = c.kill();
         let _ = c.wait();
     }
+    // B's log (with the follower's per-version timings) outlives the data directories.
+    let kept = std::env::temp_dir().join("join_bench_b.log");
+    let _ = std::fs::copy(&log, &kept);
+    println!("{}", json!({"B's log": kept}));
     let _ = std::fs::remove_dir_all(&args.dir);
     assert!(same, "B's digest differs from A's");
 }

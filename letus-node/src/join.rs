@@ -914,7 +914,9 @@ pub fn follow(
                     if stop.load(Ordering::Relaxed) {
                         return;
                     }
+                    let t = Instant::now();
                     let f = fetch_version(agent, s, tid, v);
+                    tracing::debug!(version = v, ms = t.elapsed().as_secs_f64() * 1e3, "fetched");
                     let failed = f.is_err();
                     if tx.send(f).is_err() || failed {
                         return;
@@ -922,7 +924,9 @@ pub fn follow(
                 }
             });
             for f in rx.iter() {
+                let t = Instant::now();
                 apply_fetched(node, s, f?)?;
+                tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "applied");
                 applied += 1;
             }
             Ok::<(), JoinError>(())
