@@ -817,10 +817,20 @@ pub fn join(
     cfg: &JoinConfig,
     opts: Options,
 ) -> Result<Option<(FetchReport, ImportReport)>, JoinError> {
+    let dir = data.join("join");
     if data.join("state").exists() {
+        // A crash after the store was renamed into place can leave the staging directory behind.
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
+        }
         return Ok(None);
     }
-    let dir = data.join("join");
+    // The store is built on the local disk and renamed into place outside any tiering: a tiered node's tiers see
+    // its files once it opens.
+    let opts = Options {
+        storage: letus_core::storage::local(),
+        ..opts
+    };
     let started = Instant::now();
     let mut fetched = FetchReport::default();
     let (t, manifest) = prepare(&dir, cfg, &mut fetched)?;
