@@ -73,41 +73,13 @@ fn account(i: u64) -> Vec<u8> {
     format!("account-{i:010}").into_bytes()
 }
 
-fn serve(bin: &Path, data: &Path, flags: &[&str]) -> (Child, String) {
-    let mut c = Command::new(bin)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            TOKEN,
-            "--data",
-        ])
-        .arg(data)
-        .args(flags)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn letus serve");
-    let mut line = String::new();
-    BufReader::new(c.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("URL")
-        .to_string();
-    (c, url)
-}
-
-/// `letus serve` (under `nice -n 19` with `nice`), its log in `log`; returns once it serves.
+/// `letus serve` (under `nice -n 19` with `nice`), its log in `log` (else on this process's stderr, warnings
+/// only); returns once it serves.
 fn serve_logged(
     bin: &Path,
     data: &Path,
     flags: &[&str],
-    log: &Path,
+    log: Option<&Path>,
     nice: bool,
 ) -> (Child, String) {
     let mut cmd = if nice {
@@ -128,9 +100,18 @@ fn serve_logged(
         ])
         .arg(data)
         .args(flags)
-        .env("RUST_LOG", "info,letus_node::join=debug")
+        .env(
+            "RUST_LOG",
+            if log.is_some() {
+                "info,letus_node::join=debug"
+            } else {
+                "warn"
+            },
+        )
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log).unwrap())
+        .stderr(log.map_or(Stdio::inherit(), |l| {
+            std::fs::File::create(l).unwrap().into()
+        }))
         .spawn()
         .expect("spawn letus serve");
     let mut line = String::new();
@@ -246,7 +227,7 @@ fn main() {
         "{}",
         json!({"phase": "A's state", "accounts": args.accounts, "seconds": t.elapsed().as_secs_f64()})
     );
-    let (mut a, a_url) = serve(&bin, &a_dir, &[]);
+    let (mut a, a_url) = serve_logged(&bin, &a_dir, &[], None, false);
     let w = writer(a_url.clone(), args.accounts, 1);
 
     // 2. Idle.
@@ -276,7 +257,7 @@ fn main() {
     ];
     let b_flags: Vec<&str> = b_flags.iter().map(String::as_str).collect();
     let ((mut b, b_url), serving, join_secs) = rate_during(&w, || {
-        serve_logged(&bin, &b_dir, &b_flags, &log, args.nice_b)
+        serve_logged(&bin, &b_dir, &b_flags, Some(&log), args.nice_b)
     });
     let joined = std::fs::read_to_string(&log)
         .unwrap_or_default()

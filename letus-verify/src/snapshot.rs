@@ -58,20 +58,7 @@ impl SnapshotItem {
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<SnapshotItem, DecodeError> {
-        let depth = r.u8()?;
-        if depth > 64 {
-            return Err(DecodeError::Malformed("snapshot item depth above 64"));
-        }
-        let prefix: [u8; 32] = r.array()?;
-        if !prefix_is_canonical(depth, &prefix) {
-            return Err(DecodeError::NonCanonical(
-                "snapshot item prefix has non-zero nibbles after its depth",
-            ));
-        }
-        let count = r.u64()?;
-        if count == 0 {
-            return Err(DecodeError::Malformed("snapshot item with no pairs"));
-        }
+        let (depth, prefix, count) = read_position(r)?;
         let hash = r.hash()?;
         Ok(SnapshotItem {
             depth,
@@ -80,6 +67,28 @@ impl SnapshotItem {
             hash,
         })
     }
+}
+
+/// The `depth || prefix || count` of an entry or a chunk, checked (SPEC.md §12.1): depth at most 64, zero
+/// nibbles after it, at least one pair.
+fn read_position(r: &mut Reader<'_>) -> Result<(u8, [u8; 32], u64), DecodeError> {
+    let depth = r.u8()?;
+    if depth > 64 {
+        return Err(DecodeError::Malformed("snapshot depth above 64"));
+    }
+    let prefix: [u8; 32] = r.array()?;
+    if !prefix_is_canonical(depth, &prefix) {
+        return Err(DecodeError::NonCanonical(
+            "snapshot prefix has non-zero nibbles after its depth",
+        ));
+    }
+    let count = r.u64()?;
+    if count == 0 {
+        return Err(DecodeError::Malformed(
+            "snapshot entry or chunk with no pairs",
+        ));
+    }
+    Ok((depth, prefix, count))
 }
 
 /// Whether every nibble of `prefix` at or after `depth` is zero.
@@ -378,20 +387,7 @@ impl Chunk {
         let tid = r.u32()?;
         let version = r.u64()?;
         let index = r.u32()?;
-        let depth = r.u8()?;
-        if depth > 64 {
-            return Err(DecodeError::Malformed("snapshot chunk depth above 64"));
-        }
-        let prefix: [u8; 32] = r.array()?;
-        if !prefix_is_canonical(depth, &prefix) {
-            return Err(DecodeError::NonCanonical(
-                "snapshot chunk prefix has non-zero nibbles after its depth",
-            ));
-        }
-        let count = r.u64()?;
-        if count == 0 {
-            return Err(DecodeError::Malformed("snapshot chunk with no pairs"));
-        }
+        let (depth, prefix, count) = read_position(&mut r)?;
         let cap = usize::try_from(count)
             .unwrap_or(usize::MAX)
             .min(r.remaining() / RECORD_HEAD);
