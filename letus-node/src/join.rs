@@ -548,6 +548,19 @@ fn fetch_chunks_inner(
                         done = true;
                         break;
                     }
+                    Err(e @ SnapshotError::CountMismatch { .. }) => {
+                        // The pairs verified: the saved manifest is what is wrong (a count above one is not
+                        // hashed). It goes, so that the next run fetches the manifest again, from another source.
+                        let _ = std::fs::remove_file(dir.join("manifest.bin"));
+                        *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(JoinError::Verify {
+                            what: format!(
+                                "the manifest's entry {i} ({e}); the manifest was removed: run the join again, with another source first"
+                            ),
+                            code: e.code(),
+                        });
+                        stop.store(true, Ordering::Relaxed);
+                        return;
+                    }
                     Err(e) => {
                         last_code = e.code();
                         let f = format!(

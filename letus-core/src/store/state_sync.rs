@@ -37,9 +37,9 @@ impl View<'_> {
         Ok(out)
     }
 
-    /// Up to `max` pairs of trie `tid` at `version` whose paths start with the first `depth` nibbles of `prefix`
-    /// and are above `after` (or from the subtree's first), in path order.
-    pub(super) fn pairs_in(
+    /// Up to `max` leaves of trie `tid` at `version` whose paths start with the first `depth` nibbles of
+    /// `prefix` and are above `after` (or from the subtree's first), in path order.
+    pub(super) fn leaves_in(
         &self,
         tid: TrieId,
         version: Version,
@@ -47,7 +47,7 @@ impl View<'_> {
         prefix: &[u8; 32],
         after: Option<&KeyPath>,
         max: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    ) -> Result<Vec<Leaf>> {
         let root = self.engine.root_page(tid, self.at(version))?;
         let start = after.copied().or_else(|| before_subtree(prefix));
         let item = SnapshotItem {
@@ -70,7 +70,7 @@ impl View<'_> {
                 Ok(leaves.len() < max)
             },
         )?;
-        leaves.iter().map(|l| self.read_value(l, None)).collect()
+        Ok(leaves)
     }
 
     /// The keys of trie `tid` whose values differ between versions `from` and `to`, in path order, with their
@@ -174,9 +174,11 @@ impl Snapshot {
         let mut body = Vec::new();
         let mut count = 0u64;
         let mut after: Option<KeyPath> = None;
+        // The engine is held while a batch of leaves is found (pages), not while their values are read: the
+        // value log's reader is shared without it, so a commit waits at most for one batch's page walk.
         loop {
-            let batch = self.view(|v| {
-                v.pairs_in(
+            let (batch, dir) = self.view(|v| {
+                v.leaves_in(
                     tid,
                     version,
                     depth,
@@ -184,9 +186,12 @@ impl Snapshot {
                     after.as_ref(),
                     PAIRS_PER_CHUNK,
                 )
+                .map(|b| (b, v.engine.dir.clone()))
             })?;
-            for (k, val) in &batch {
-                encode_chunk_record(k, val, &mut body);
+            for leaf in &batch {
+                let (k, val) =
+                    view::check_value(&dir, leaf, self.shared.vdls.read(leaf.loc)?, None)?;
+                encode_chunk_record(&k, &val, &mut body);
                 if body.len() > max_bytes {
                     return Err(Error::ChunkTooLarge {
                         bytes: body.len(),
@@ -196,7 +201,7 @@ impl Snapshot {
             }
             count += batch.len() as u64;
             match batch.last() {
-                Some((k, _)) if batch.len() == PAIRS_PER_CHUNK => after = Some(KeyPath::of(k)),
+                Some(l) if batch.len() == PAIRS_PER_CHUNK => after = Some(l.path),
                 _ => break,
             }
         }

@@ -123,37 +123,7 @@ impl View<'_> {
         rec: Record,
         key: Option<&[u8]>,
     ) -> Result<(Vec<u8>, Vec<u8>)> {
-        let where_ = || self.engine.dir.join("vdls");
-        match rec {
-            Record::Put { key: k, value, .. } => {
-                // With the key asked for, byte equality is the check (its path led to this leaf); without it the
-                // record's key must hash to the leaf's path.
-                let wrong = match key {
-                    Some(key) => key != k.as_slice(),
-                    None => KeyPath::of(&k) != leaf.path,
-                };
-                if wrong {
-                    return Err(Error::corrupt(
-                        where_(),
-                        leaf.loc.offset,
-                        "value record belongs to another key",
-                    ));
-                }
-                if value_hash(&value) != leaf.value_hash {
-                    return Err(Error::corrupt(
-                        where_(),
-                        leaf.loc.offset,
-                        "value record does not match the hash in its leaf",
-                    ));
-                }
-                Ok((k, value))
-            }
-            _ => Err(Error::corrupt(
-                where_(),
-                leaf.loc.offset,
-                "leaf points at a record that is not a put",
-            )),
-        }
+        check_value(&self.engine.dir, leaf, rec, key)
     }
 
     /// The value of `key` at `version` and its inclusion or exclusion proof (SPEC.md §5).
@@ -533,5 +503,46 @@ impl View<'_> {
                 }
             }
         }
+    }
+}
+
+/// Checks that a value record is the one `leaf` names (same key path, same value hash); `dir` is the store's, for
+/// the error. Used by readers that read values without holding the engine.
+pub(super) fn check_value(
+    dir: &Path,
+    leaf: &Leaf,
+    rec: Record,
+    key: Option<&[u8]>,
+) -> Result<(Vec<u8>, Vec<u8>)> {
+    let where_ = || dir.join("vdls");
+    match rec {
+        Record::Put { key: k, value, .. } => {
+            // With the key asked for, byte equality is the check (its path led to this leaf); without it the
+            // record's key must hash to the leaf's path.
+            let wrong = match key {
+                Some(key) => key != k.as_slice(),
+                None => KeyPath::of(&k) != leaf.path,
+            };
+            if wrong {
+                return Err(Error::corrupt(
+                    where_(),
+                    leaf.loc.offset,
+                    "value record belongs to another key",
+                ));
+            }
+            if value_hash(&value) != leaf.value_hash {
+                return Err(Error::corrupt(
+                    where_(),
+                    leaf.loc.offset,
+                    "value record does not match the hash in its leaf",
+                ));
+            }
+            Ok((k, value))
+        }
+        _ => Err(Error::corrupt(
+            where_(),
+            leaf.loc.offset,
+            "leaf points at a record that is not a put",
+        )),
     }
 }
