@@ -43,7 +43,7 @@ fn main() {
     let snap = store.snapshot();
     for round in ["first", "second"] {
         let t = Instant::now();
-        let m = snap.snapshot_manifest(0, 1, a.max_pairs).unwrap();
+        let m = snap.snapshot_manifest(0, 1, a.max_pairs, 1 << 20).unwrap();
         let tm = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let mut bytes = 0usize;

@@ -542,7 +542,12 @@ impl Node {
         {
             return Ok(m.clone());
         }
-        let m = Arc::new(store.snapshot_manifest(tid, v, max_pairs)?.encode());
+        let max_entries = letus_verify::Limits::default().max_snapshot_items;
+        let m = Arc::new(
+            store
+                .snapshot_manifest(tid, v, max_pairs, max_entries)?
+                .encode(),
+        );
         let mut cache = self.manifests.lock().map_err(lock_err)?;
         if cache.len() >= MANIFESTS_CACHED {
             cache.pop_front();

@@ -32,10 +32,12 @@ const TOKEN: &str = "openapi-token";
 const NEEDS_IO_FAILURE: [(&str, &str, u16); 1] = [("post", "/v1/blocks", 503)];
 
 /// Documented statuses that need a state too large for this test: a snapshot chunk over the verifier's 64 MiB
-/// `max_chunk_bytes`, a `changes` answer over a million keys. letus-core's `ChunkTooLarge` test covers the first;
-/// both answer through the same `ApiError::TooLarge` as the 413s produced here.
-const NEEDS_HUGE_STATE: [(&str, &str, u16); 2] = [
+/// `max_chunk_bytes`, a manifest of more than 262,144 entries, a `changes` answer over a million keys.
+/// letus-core's state_sync tests cover the first two; all answer through the same `ApiError::TooLarge` as the
+/// 413s produced here.
+const NEEDS_HUGE_STATE: [(&str, &str, u16); 3] = [
     ("get", "/v1/tries/{tid}/snapshot/chunks/{index}", 413),
+    ("get", "/v1/tries/{tid}/snapshot", 413),
     ("get", "/v1/tries/{tid}/changes", 413),
 ];
 

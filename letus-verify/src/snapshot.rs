@@ -476,6 +476,11 @@ impl ManifestBuilder {
         self.push_leaf(path, leaf_hash(&path, &crate::hash::value_hash(value)))
     }
 
+    /// Entries made so far (the leaves of the subtree being fed are not counted yet).
+    pub fn entries(&self) -> usize {
+        self.items.len()
+    }
+
     /// The entries of every leaf fed.
     pub fn finish(mut self) -> Vec<SnapshotItem> {
         self.close();

@@ -127,12 +127,15 @@ fn before_subtree(prefix: &[u8; 32]) -> Option<KeyPath> {
 impl Snapshot {
     /// The manifest of trie `tid` at `version` (SPEC.md §12.1): the subtrees at depth [`SNAPSHOT_TOP_DEPTH`],
     /// each split one nibble at a time while it holds more than `max_pairs` pairs. Reads every leaf (not the
-    /// values), releasing the engine between batches.
+    /// values), releasing the engine between batches. More than `max_entries` entries (a `max_pairs` too small
+    /// for the state; a verifier refuses a manifest above its `max_snapshot_items`) is [`Error::TooLarge`],
+    /// found before the manifest grows much past it.
     pub fn snapshot_manifest(
         &self,
         tid: TrieId,
         version: Version,
         max_pairs: u64,
+        max_entries: usize,
     ) -> Result<Manifest> {
         let root = self.digest(tid, version)?.root;
         let mut b = ManifestBuilder::new(SNAPSHOT_TOP_DEPTH, max_pairs);
@@ -144,16 +147,31 @@ impl Snapshot {
                 b.push_leaf(*path, *hash)
                     .map_err(|e| Error::corrupt("trie walk", 0, e.to_string()))?;
             }
+            if b.entries() > max_entries {
+                return Err(Error::TooLarge {
+                    what: "snapshot manifest (entries; ask for more pairs per chunk)",
+                    size: b.entries(),
+                    limit: max_entries,
+                });
+            }
             match batch.last() {
                 Some((p, _)) if batch.len() == LEAVES_PER_BATCH => after = Some(*p),
                 _ => break,
             }
         }
+        let items = b.finish();
+        if items.len() > max_entries {
+            return Err(Error::TooLarge {
+                what: "snapshot manifest (entries; ask for more pairs per chunk)",
+                size: items.len(),
+                limit: max_entries,
+            });
+        }
         Ok(Manifest {
             tid,
             version,
             root,
-            items: b.finish(),
+            items,
         })
     }
 
@@ -250,7 +268,7 @@ mod tests {
         let snap = s.snapshot();
         for version in [1u64, 2] {
             let root = snap.digest(0, version).unwrap().root;
-            let m = snap.snapshot_manifest(0, version, 5).unwrap();
+            let m = snap.snapshot_manifest(0, version, 5, 1 << 20).unwrap();
             assert!(m.items.len() > 256, "split below depth 2");
             let l = Limits::default();
             let vm = M::decode(&m.encode(), &l)
@@ -271,7 +289,11 @@ mod tests {
             }
             assert_eq!(got, 3000);
         }
-        let it = snap.snapshot_manifest(0, 2, 5).unwrap().items[0];
+        let it = snap.snapshot_manifest(0, 2, 5, 1 << 20).unwrap().items[0];
+        assert!(matches!(
+            snap.snapshot_manifest(0, 2, 1, 100),
+            Err(Error::TooLarge { .. })
+        ));
         assert!(matches!(
             snap.snapshot_chunk(0, 2, 0, it.depth, &it.prefix, 10),
             Err(Error::ChunkTooLarge { .. })
