@@ -901,7 +901,12 @@ pub fn follow(
     stop: &AtomicBool,
     forever: bool,
 ) -> Result<u64, JoinError> {
-    let agent = agent();
+    // A version's answers are small: a source silent for this long is skipped for the next one.
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
     let mut applied = 0u64;
     let mut source = 0usize;
     while !stop.load(Ordering::Relaxed) {

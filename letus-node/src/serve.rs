@@ -555,6 +555,7 @@ pub fn serve_until(
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
+    let shutdown_timeout = cfg.server.shutdown_timeout;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(cfg.listen)
             .await
@@ -570,9 +571,21 @@ pub fn serve_until(
     // Waits for blocking work still running (a commit whose connection was dropped at the deadline finishes; an
     // export's walk ends at its next chunk, its receiver gone).
     drop(rt);
+    // The follower stops between versions; one stuck in a request to a silent source is not waited for past the
+    // shutdown deadline (the node then exits without closing the store: what it acknowledged is durable).
     stop_following.store(true, std::sync::atomic::Ordering::Relaxed);
     if let Some(f) = follower {
-        let _ = f.join();
+        let deadline = std::time::Instant::now() + shutdown_timeout;
+        while !f.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if f.is_finished() {
+            let _ = f.join();
+        } else {
+            tracing::warn!(
+                "the follower did not stop within the shutdown deadline; exiting without it"
+            );
+        }
     }
     // Every acknowledged block is already durable; closing flushes the page index so the next start is quick.
     match Arc::try_unwrap(node) {

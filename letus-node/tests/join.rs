@@ -326,8 +326,19 @@ fn a_node_joins_from_a_snapshot_while_the_source_commits_and_then_serves_what_th
         assert_eq!(s, 410, "{q}: {body}");
         assert_eq!(body["error"]["code"], "before_snapshot", "{q}");
     }
-    b.kill().unwrap();
-    b.wait().unwrap();
+    // A following node stops on SIGTERM within its shutdown deadline (10 s by default), follower included.
+    let asked = Instant::now();
+    Command::new("kill")
+        .args(["-TERM", &b.id().to_string()])
+        .status()
+        .unwrap();
+    while b.try_wait().unwrap().is_none() {
+        assert!(
+            asked.elapsed() < Duration::from_secs(20),
+            "B did not stop after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     a.kill().unwrap();
     a.wait().unwrap();
 }
