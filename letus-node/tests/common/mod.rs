@@ -27,18 +27,25 @@ pub fn serve_with(data: &Path, token: &str, flags: &[&str]) -> (Child, String) {
         .args(flags)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn letus serve");
     let mut line = String::new();
     BufReader::new(child.stdout.take().expect("piped stdout"))
         .read_line(&mut line)
         .expect("the node's first line");
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("the node prints its URL")
-        .to_string();
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) else {
+        // The node stopped before serving: what it said is the diagnosis.
+        let mut why = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut why);
+        panic!("the node did not print its URL (first line {line:?}); its stderr: {why}");
+    };
+    let url = url.to_string();
+    // The node's log is drained so that it never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+    });
     (child, url)
 }
 
