@@ -54,6 +54,10 @@ struct Args {
     /// 2: the root page, 4: the root and the 256 pages below it); index blocks always do.
     #[arg(long, default_value_t = 2)]
     pin_depth: u8,
+    /// Move index files to the cold tier as they are, without consolidating them first (so that a page whose
+    /// DeltaPage chain spans files costs one GET per record).
+    #[arg(long)]
+    no_consolidate: bool,
     /// Proofs measured from the cold tier.
     #[arg(long, default_value_t = 300)]
     proofs: usize,
@@ -105,6 +109,9 @@ fn main() {
     };
     let mut plain = Store::open(&plain_dir, opts(letus_core::storage::local(), false)).unwrap();
     let mut tiered = Store::open(root.join("state"), opts(tiers.shared(), true)).unwrap();
+    if !a.no_consolidate {
+        tiers.set_before_cold(tiered.reader().cold_preparer());
+    }
 
     // The load, in blocks of 50,000 accounts, then the payment blocks: the same writes to both stores.
     let mut balances = vec![1_000_000u64; a.accounts as usize];
@@ -189,6 +196,31 @@ fn main() {
         plain.disk_bytes()
     );
 
+    let mut hot_idx: Vec<String> = std::fs::read_dir(root.join("state/lsvps"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| {
+                    let len = e.metadata().map_or(0, |m| m.len());
+                    format!("{} {len} B", e.file_name().to_string_lossy())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    hot_idx.sort();
+    if let Ok(m) = letus_core::storage::tiered::Manifest::load(&letus_core::storage::Local, &root) {
+        let hot: Vec<String> = m
+            .files
+            .iter()
+            .filter(|(_, f)| f.tier == letus_core::storage::tiered::Tier::Hot)
+            .map(|(rel, f)| format!("{rel} sealed at {}", f.sealed_at))
+            .collect();
+        println!("hot sealed files at version {versions}: {hot:?}");
+    }
+    println!(
+        "index files on the hot disk: {hot_idx:?}; moves failed: {} ({:?})",
+        st.move_failures, st.last_error
+    );
+
     // Differential.
     let started = Instant::now();
     for v in 1..=versions {
@@ -257,8 +289,16 @@ fn main() {
             std::hint::black_box(proof);
             if i >= warmup {
                 ms.push(took);
-                gets.push((c.gets.load(Ordering::Relaxed) - g0) as f64);
+                let g = c.gets.load(Ordering::Relaxed) - g0;
+                gets.push(g as f64);
                 let d = tiered.metrics() - m0;
+                if g >= 5 {
+                    println!(
+                        "  {mode}: proof {i} at version {v} made {g} GETs: {} page records, {} index blocks, \
+                         {} values read by the engine, {took:.1} ms",
+                        d.page_reads, d.index_block_reads, d.value_reads
+                    );
+                }
                 reads[0] += d.page_reads;
                 reads[1] += d.index_block_reads;
                 reads[2] += d.value_reads;

@@ -137,6 +137,8 @@ fn a_tiered_store_answers_exactly_as_an_untiered_one_and_its_hot_disk_holds_litt
     )
     .unwrap();
     let mut tiered = Store::open(root.path().join("state"), opts(tiers.shared())).unwrap();
+    // Index files are consolidated as they go cold (from the warm tier: the consolidated file is written hot).
+    tiers.set_before_cold(tiered.reader().cold_preparer());
     let mut rng = Rng::new(7);
     const V: u64 = 60;
     for v in 1..=V {
@@ -154,6 +156,21 @@ fn a_tiered_store_answers_exactly_as_an_untiered_one_and_its_hot_disk_holds_litt
     let hot = st.tiers[0].bytes + st.hot_other_bytes;
     let all = hot + st.tiers[1].bytes + st.tiers[2].bytes;
     assert!(hot * 2 < all, "hot {hot} of {all} bytes: {st:?}");
+    let m = letus_core::storage::tiered::Manifest::load(&letus_core::storage::Local, root.path())
+        .unwrap();
+    let cold_idx: Vec<&String> = m
+        .files
+        .iter()
+        .filter(|(rel, f)| {
+            f.tier == letus_core::storage::tiered::Tier::Cold && rel.ends_with(".idx")
+        })
+        .map(|(rel, _)| rel)
+        .collect();
+    assert!(!cold_idx.is_empty());
+    assert!(
+        cold_idx.iter().all(|rel| rel.ends_with(".1.idx")),
+        "every cold index file is consolidated: {cold_idx:?}"
+    );
 
     tiered.clear_caches();
     tiers.clear_cold_cache();
@@ -314,4 +331,28 @@ fn an_unreachable_object_store_fails_cold_reads_clearly_while_hot_reads_and_comm
     let comm = store.digest(TID, 45).unwrap();
     store.clear_caches();
     store.verify_full(TID, 45, &comm.root).unwrap();
+}
+
+#[test]
+/// A store whose cold index files were consolidated reopens while the object store is down.
+fn a_consolidated_store_reopens_with_the_object_store_down() {
+    let mut s3 = S3Server::start();
+    let root = tempfile::tempdir().unwrap();
+    let warm = tempfile::tempdir().unwrap();
+    let tiers = Tiered::open(tier_config(root.path(), warm.path(), &s3, "t1")).unwrap();
+    let mut tiered = Store::open(root.path().join("state"), opts(tiers.shared())).unwrap();
+    tiers.set_before_cold(tiered.reader().cold_preparer());
+    let mut rng = Rng::new(7);
+    for v in 1..=60 {
+        let w = writes(&mut rng, v);
+        commit(&mut tiered, v, &w);
+        tiers.note_version(v);
+        tiers.migrate_now().unwrap();
+    }
+    drop(tiered);
+    drop(tiers);
+    s3.kill();
+    let tiers = Tiered::open(tier_config(root.path(), warm.path(), &s3, "t1")).unwrap();
+    let reopened = Store::open(root.path().join("state"), opts(tiers.shared())).unwrap();
+    assert_eq!(reopened.latest_version(), Some(60));
 }

@@ -298,11 +298,19 @@ fn with_the_object_store_down_cold_reads_answer_503_while_hot_reads_and_writes_g
     for v in 1..=60 {
         post(&url, v).unwrap();
     }
-    // The mover runs every 16 versions; wait for its pass after version 48 to be done.
+    // The mover runs every 16 versions; wait for its pass after version 48 to be done (files are cold and no
+    // move has happened for a second: a pass consolidates index files before it uploads them, so the first cold
+    // files can be there well before the pass ends).
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut last_moved = (u64::MAX, std::time::Instant::now());
     loop {
         let (_, t) = get(&url, "/v1/tiers");
-        if t["tiers"]["cold"]["files"].as_u64().unwrap_or(0) > 2
+        let moved = t["moved"]["files"].as_u64().unwrap_or(0);
+        if moved != last_moved.0 {
+            last_moved = (moved, std::time::Instant::now());
+        }
+        if (t["tiers"]["cold"]["files"].as_u64().unwrap_or(0) > 2
+            && last_moved.1.elapsed() > Duration::from_secs(1))
             || std::time::Instant::now() > deadline
         {
             break;

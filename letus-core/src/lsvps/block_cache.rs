@@ -117,7 +117,6 @@ impl BlockCache {
     }
 
     /// The cached block, if any (does not load).
-    #[cfg(test)]
     pub(crate) fn get(&self, file_no: u64, offset: u64) -> Option<Arc<IndexBlock>> {
         self.cache.get(&(file_no, offset))
     }
@@ -139,9 +138,14 @@ impl BlockCache {
     }
 
     /// Drops one block.
-    #[cfg(test)]
     pub(crate) fn remove(&self, file_no: u64, offset: u64) {
         self.cache.remove(&(file_no, offset));
+    }
+
+    /// Closes the descriptor held for file `file_no` (a file that was replaced or deleted: an unlinked file's
+    /// space comes back only once its last descriptor closes). A reader still holding it keeps it open.
+    pub(crate) fn forget_file(&self, file_no: u64) {
+        self.files.remove(&file_no);
     }
 }
 

@@ -743,8 +743,7 @@ impl IndexFile {
 
     /// Visits every entry in key order, checking the order across blocks and that the page blocks tile the page
     /// region exactly (the checks inside one block are done when it is parsed).
-    #[cfg(test)]
-    fn scan(&self, mut visit: impl FnMut(&IndexEntry) -> Result<()>) -> Result<()> {
+    pub(crate) fn scan(&self, mut visit: impl FnMut(&IndexEntry) -> Result<()>) -> Result<()> {
         let mut prev: Option<PageKey> = None;
         let mut next_offset = HEADER_LEN;
         for (i, l) in self.lookup.iter().enumerate() {
@@ -866,12 +865,12 @@ impl IndexFile {
         Ok(buf)
     }
 
-    /// Drops this file's index blocks from the shared cache (when the file is deleted).
-    #[cfg(test)]
+    /// Drops this file's index blocks and its descriptor from the shared cache (when the file is deleted).
     pub fn evict_from_cache(&self) {
         for l in &self.lookup {
             self.cache.remove(self.file_no, l.offset);
         }
+        self.cache.forget_file(self.file_no);
     }
 }
 

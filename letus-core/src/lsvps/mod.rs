@@ -5,9 +5,11 @@
 //!   records of one page together, by version, so "the page as of version V" is a floor lookup.
 //! - [`MemIndexTable`]: records created in memory, not yet flushed.
 //! - [`IndexFileWriter`] / [`IndexFile`]: one immutable index file (page blocks, index blocks, a lookup block kept
-//!   in memory, a footer), written once by a flush and never compacted. Every record of file `k` has its version
+//!   in memory, a footer), written once by a flush and never modified. Every record of file `k` has its version
 //!   in `(max_version of file k-1, max_version of file k]`, so the engine picks the one file to search from the
-//!   [`FileMeta`] of each file.
+//!   [`FileMeta`] of each file. A file may be replaced whole by a *consolidated* generation of itself (the same
+//!   records, plus a BasePage under every DeltaPage chain that began in an older file; see the store's
+//!   `consolidate` module), under a new name ([`index_file_name`]).
 //! - [`BlockCache`]: decoded index blocks shared by all files, bounded in bytes.
 //!
 //! Page records are opaque byte strings here; the trie module encodes them. The byte layout, the checksums and the
@@ -33,6 +35,37 @@ pub use mem_index::MemIndexTable;
 #[cfg(test)]
 pub use mem_index::ENTRY_OVERHEAD;
 pub use page_key::{PageId, PageKey, PageKind};
+
+/// The name of generation `generation` of index file `no`: `NNNNNN.idx` for the one a flush writes (generation
+/// 0), `NNNNNN.G.idx` for a consolidated one (FORMAT.md §2.8).
+pub fn index_file_name(no: u64, generation: u32) -> String {
+    match generation {
+        0 => format!("{no:06}.idx"),
+        g => format!("{no:06}.{g}.idx"),
+    }
+}
+
+/// The number and generation of an index file's name ([`index_file_name`]); `None` for any other name.
+pub fn parse_index_file_name(name: &str) -> Option<(u64, u32)> {
+    let stem = name.strip_suffix(".idx")?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    match stem.split_once('.') {
+        None if digits(stem) => Some((stem.parse().ok()?, 0)),
+        Some((n, g)) if digits(n) && digits(g) => {
+            let g: u32 = g.parse().ok()?;
+            (g > 0).then_some(())?;
+            Some((n.parse().ok()?, g))
+        }
+        _ => None,
+    }
+}
+
+/// The key of index file `no`'s generation `generation` in the [`BlockCache`]: distinct for every generation, so
+/// that a consolidated file never sees the blocks or the descriptor of the file it replaces (file numbers stay
+/// below 2^40: a flush per version would take longer than any store lives to reach them).
+pub fn cache_id(no: u64, generation: u32) -> u64 {
+    (u64::from(generation) << 40) | (no & ((1 << 40) - 1))
+}
 
 /// Page depths below which a cold index file keeps its records on the hot disk ([`tier_pins`]) by default: 2,
 /// the root page only. (Depth 4, the root and the 256 pages below it, keeps about a third of an index file's bytes

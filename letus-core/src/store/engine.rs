@@ -219,7 +219,9 @@ impl Engine {
             },
         };
         let mut prefetched = match (&head_rec, self.opts.prefetch_delta_chains) {
-            (PageRecord::Delta { .. }, true) => self.prefetch_chain(tid, id, head_key.version)?,
+            (PageRecord::Delta { prev: Some(p), .. }, true) => {
+                self.prefetch_chain(tid, id, PageKey::new(tid, id, p.0, p.1))?
+            }
             _ => HashMap::new(),
         };
         // Walk back to the base; the writer bounds the chain (Tb updates, max_delta_chain records), and a cycle
@@ -275,27 +277,27 @@ impl Engine {
         Page::build(id, version, Some(head), slots).map_err(|w| bad(&path, w))
     }
 
-    /// The records of page `id` below version `below`, newest first, down to the first BasePage (at most
-    /// `max_delta_chain + 1` of them), read concurrently: they are found through the index blocks alone (the
-    /// chain's records are the page's newest records file by file), so that their reads are in flight together.
-    /// A record found here that the chain does not use is simply not used; one the chain needs and this missed
-    /// is read by the caller.
+    /// The records of page `id` from `first` (a DeltaPage's predecessor) back, newest first, down to the first
+    /// BasePage (at most `max_delta_chain + 1` of them), read concurrently: they are found through the index blocks
+    /// alone (a record's predecessor is the page's record just before it in key order: below a DeltaPage at `v`,
+    /// the greatest key `<= (page, v, Base)`, which is a BasePage at `v` in a consolidated file), so that their
+    /// reads are in flight together. A record found here that the chain does not use is simply not used; one the
+    /// chain needs and this missed is read by the caller.
     fn prefetch_chain(
         &self,
         tid: TrieId,
         id: PageId,
-        below: Version,
+        first: PageKey,
     ) -> Result<HashMap<PageKey, (Vec<u8>, PathBuf)>> {
         let limit = self.opts.max_delta_chain as usize + 1;
         let mut found: Vec<(&Arc<IndexFile>, crate::lsvps::IndexEntry)> = Vec::new();
-        let mut cursor = below;
+        let mut probe = first;
         // Bounded by the files walked too: a page untouched for many flushes has no record in most of them.
         for _ in 0..4 * limit + 16 {
-            if found.len() >= limit || cursor <= 1 {
+            if found.len() >= limit {
                 break;
             }
-            let probe = PageKey::new(tid, id, cursor - 1, PageKind::Delta);
-            let Segment::File(f) = self.segment(cursor - 1) else {
+            let Segment::File(f) = self.segment(probe.version) else {
                 break; // in memory: nothing to wait for
             };
             // Best effort: a lookup that fails here (an index block of a file the chain may not even use) stops
@@ -305,14 +307,20 @@ impl Engine {
             };
             match located {
                 Some(e) => {
-                    cursor = e.key.version;
                     let base = e.key.kind == PageKind::Base;
+                    probe = PageKey::new(tid, id, e.key.version, PageKind::Base);
                     found.push((f, e));
-                    if base {
+                    if base || e.key.version <= 1 {
                         break;
                     }
                 }
-                None => cursor = f.meta().min_version.min(cursor - 1),
+                None => {
+                    let below = f.meta().min_version.min(probe.version);
+                    if below <= 1 {
+                        break;
+                    }
+                    probe = PageKey::new(tid, id, below - 1, PageKind::Delta);
+                }
             }
         }
         let read = |f: &Arc<IndexFile>, e: &crate::lsvps::IndexEntry| {

@@ -108,6 +108,7 @@ macro_rules! read_api {
 }
 
 mod bulk;
+mod consolidate;
 mod engine;
 mod snapshot;
 mod state_sync;
@@ -229,17 +230,27 @@ impl Store {
                 fsutil::remove_file(&*fs, &path)?;
                 continue;
             }
-            if let Some(no) = name
-                .strip_suffix(".idx")
-                .and_then(|n| n.parse::<u64>().ok())
-            {
-                numbered.push((no, path));
+            if let Some((no, generation)) = crate::lsvps::parse_index_file_name(&name) {
+                numbered.push((no, generation, path));
             }
         }
-        sync_dir(&*fs, &lsvps_dir)?;
+        // Of two generations of one file the newer replaces the older (a consolidation whose removal of the old
+        // one did not happen before a crash): both are whole, the newer holds every record of the older.
         numbered.sort();
+        let mut superseded = Vec::new();
+        numbered.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                superseded.push(std::mem::replace(earlier, later.clone()).2);
+            }
+            same
+        });
+        for path in superseded {
+            fsutil::remove_file(&*fs, &path)?;
+        }
+        sync_dir(&*fs, &lsvps_dir)?;
         let mut files: Vec<Arc<IndexFile>> = Vec::new();
-        for (i, (no, path)) in numbered.iter().enumerate() {
+        for (i, (no, generation, path)) in numbered.iter().enumerate() {
             // Flushes number their files 1, 2, 3, ... (a flush that never finished leaves only a `.tmp`, and its
             // number is used again), and each file holds the versions after the previous one's: a gap or an
             // overlap means a file was lost or put back, and its versions would be looked up in the wrong file.
@@ -253,7 +264,12 @@ impl Store {
                     ),
                 ));
             }
-            let file = IndexFile::open(path, *no, counters.clone(), block_cache.clone())?;
+            let file = IndexFile::open(
+                path,
+                crate::lsvps::cache_id(*no, *generation),
+                counters.clone(),
+                block_cache.clone(),
+            )?;
             if let Some(prev) = files.last() {
                 if file.meta().max_version <= prev.meta().max_version {
                     return Err(Error::corrupt(
@@ -313,7 +329,7 @@ impl Store {
         );
         let mut engine = Engine {
             dir: dir.clone(),
-            next_file_no: numbered.last().map_or(1, |(n, _)| n + 1),
+            next_file_no: numbered.last().map_or(1, |(n, _, _)| n + 1),
             opts: opts.clone(),
             memtable_limit: split.memtable_bytes,
             counters: counters.clone(),

@@ -59,6 +59,11 @@ pub struct TierConfig {
     pub pins: Option<PinFn>,
 }
 
+/// Given the file name of an index file about to move to the cold tier (`000012.idx`), replaces it with another
+/// file of the same directory and returns that one's name (which then moves instead), or `None` to move the file
+/// as it is. The store's [`crate::Reader::cold_preparer`] consolidates the file there.
+pub type PrepareFn = Arc<dyn Fn(&str) -> Result<Option<String>> + Send + Sync>;
+
 /// Given a file's storage and path, the `(start, len)` ranges of it to keep on the hot disk when it goes cold.
 pub type PinFn = Arc<dyn Fn(&SharedStorage, &Path) -> Result<Vec<(u64, u64)>> + Send + Sync>;
 
@@ -143,6 +148,9 @@ enum Kind {
 }
 
 fn kind_of(name: &str) -> Option<(Kind, u64)> {
+    if let Some((n, _)) = crate::lsvps::parse_index_file_name(name) {
+        return Some((Kind::Index, n));
+    }
     let (stem, ext) = name.rsplit_once('.')?;
     if stem.is_empty() || !stem.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -226,7 +234,12 @@ pub(crate) struct Inner {
     signal: Arc<Signal>,
     /// Serializes moves (the mover thread, [`Tiered::migrate_now`]).
     moving: Mutex<()>,
+    /// The thread holding `moving` during a pass: the engine's removal of a warm file while the pass consolidates
+    /// it (on that thread, through [`PrepareFn`]) must not wait for the pass.
+    moving_thread: Mutex<Option<std::thread::ThreadId>>,
     last_error: Mutex<Option<String>>,
+    /// Called before an index file moves to the cold tier ([`Tiered::set_before_cold`]).
+    before_cold: Mutex<Option<PrepareFn>>,
 }
 
 /// The newest version reported and whether the mover should stop, and the condition variable it waits on.
@@ -358,7 +371,9 @@ impl Tiered {
             counters: TierCounters::default(),
             signal: Arc::new(Signal::default()),
             moving: Mutex::new(()),
+            moving_thread: Mutex::new(None),
             last_error: Mutex::new(None),
+            before_cold: Mutex::new(None),
             cfg,
         };
         inner.recover()?;
@@ -411,6 +426,17 @@ impl Tiered {
         if let Some(h) = self.mover.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = h.join();
         }
+    }
+
+    /// Sets what runs before an index file moves to the cold tier (see [`PrepareFn`]): a store's
+    /// [`crate::Reader::cold_preparer`] consolidates the file so that a page read from the cold tier costs one
+    /// ranged GET instead of one per record of its DeltaPage chain.
+    pub fn set_before_cold(&self, f: PrepareFn) {
+        *self
+            .inner
+            .before_cold
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(f);
     }
 
     /// Reports that version `v` is committed: the age of sealed files is counted in versions.

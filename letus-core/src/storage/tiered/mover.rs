@@ -92,7 +92,44 @@ pub(super) fn run(weak: Weak<Inner>, signal: Arc<Signal>) {
     }
 }
 
+/// Holds [`Inner::moving`] (or nothing, on the thread that already holds it).
+pub(super) struct MoveGuard<'a> {
+    inner: &'a Inner,
+    guard: Option<std::sync::MutexGuard<'a, ()>>,
+}
+
+impl Drop for MoveGuard<'_> {
+    fn drop(&mut self) {
+        if self.guard.is_some() {
+            *self
+                .inner
+                .moving_thread
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+}
+
 impl Inner {
+    /// Excludes other moves: locks `moving`, unless this thread holds it already (a pass whose
+    /// [`super::PrepareFn`] makes the engine remove a file).
+    pub(super) fn lock_moving(&self) -> MoveGuard<'_> {
+        let me = std::thread::current().id();
+        let holder = |i: &Inner| *i.moving_thread.lock().unwrap_or_else(|e| e.into_inner());
+        if holder(self) == Some(me) {
+            return MoveGuard {
+                inner: self,
+                guard: None,
+            };
+        }
+        let guard = self.moving.lock().unwrap_or_else(|e| e.into_inner());
+        *self.moving_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(me);
+        MoveGuard {
+            inner: self,
+            guard: Some(guard),
+        }
+    }
+
     /// The tier policy wants `f` in now (never a hotter one than it is in).
     fn target(&self, f: &FileRecord, version: u64, heat: f64) -> Tier {
         let p = &self.cfg.policy;
@@ -236,7 +273,7 @@ impl Inner {
     /// One pass of the policy: records newly sealed files, then moves what is due (at most the policy's bytes per
     /// pass, and at most `max_files`). Returns the number of files moved.
     pub(super) fn migrate_once(&self, max_files: u64) -> Result<usize> {
-        let _one = self.moving.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self.lock_moving();
         let version = self.signal.lock().0;
         self.record_sealed(version)?;
         let m = self.lock_manifest().clone();
@@ -261,7 +298,12 @@ impl Inner {
             if moved as u64 >= max_files || bytes >= self.cfg.policy.max_bytes_per_pass {
                 break;
             }
-            match self.move_file(&rel, &f, to) {
+            let result = self.prepare_and_move(&rel, &f, to);
+            // A pass can take many versions (a consolidation and an upload of a large file): files sealed
+            // meanwhile are recorded now, so that their age counts from about when they were sealed, not from the
+            // next pass.
+            let _ = self.record_sealed(self.signal.lock().0);
+            match result {
                 Ok(()) => {
                     moved += 1;
                     bytes += f.size;
@@ -290,6 +332,60 @@ impl Inner {
             Some(e) if moved == 0 => Err(e),
             _ => Ok(moved),
         }
+    }
+
+    /// Moves `rel` to `to`; an index file going cold is first handed to the [`super::PrepareFn`], and the file
+    /// that replaces it moves instead, keeping its age.
+    fn prepare_and_move(&self, rel: &str, f: &FileRecord, to: Tier) -> Result<()> {
+        let name = Path::new(rel).file_name().and_then(|n| n.to_str());
+        let prepare = self
+            .before_cold
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let (Some(name), Some(prepare), Tier::Cold, Some((Kind::Index, _))) =
+            (name, prepare, to, name.and_then(kind_of))
+        else {
+            return self.move_file(rel, f, to);
+        };
+        let Some(new_name) = prepare(name)? else {
+            return self.move_file(rel, f, to);
+        };
+        let new_rel = Path::new(rel)
+            .with_file_name(&new_name)
+            .to_str()
+            .map(str::to_string)
+            .ok_or_else(|| {
+                io_err(
+                    Path::new(&new_name),
+                    io::Error::from(io::ErrorKind::InvalidInput),
+                )
+            })?;
+        let path = self.cfg.root.join(&new_rel);
+        let size = self
+            .cfg
+            .hot
+            .open(&path, OpenMode::Read)
+            .and_then(|f| f.size())
+            .map_err(|e| io_err(&path, e))?;
+        // The replacement is sealed since the file it replaces was: it keeps that age. (A crash before this
+        // manifest write only delays its move: the next pass finds it as newly sealed.)
+        let rec = FileRecord {
+            tier: Tier::Hot,
+            size,
+            crc: 0,
+            sealed_at: f.sealed_at,
+            key: String::new(),
+            pins: Vec::new(),
+        };
+        {
+            let mut m = self.lock_manifest();
+            let mut next = m.clone();
+            next.files.insert(new_rel.clone(), rec.clone());
+            next.store(&*self.cfg.hot, &self.cfg.root)?;
+            *m = next;
+        }
+        self.move_file(&new_rel, &rec, to)
     }
 
     /// Opens `rel`'s current copy for reading.
@@ -510,7 +606,7 @@ impl Inner {
 
     /// The engine removes a file that is in the warm or cold tier.
     pub(super) fn forget_moved(&self, rel: &str, f: &FileRecord) -> io::Result<()> {
-        let _one = self.moving.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self.lock_moving();
         if f.tier == Tier::Cold {
             self.claim_cold()
                 .map_err(|e| io::Error::other(e.to_string()))?;

@@ -27,6 +27,8 @@ fn write(t: &Tiered, path: &Path, bytes: &[u8]) -> FileRef {
 #[test]
 fn names_say_what_is_tiered() {
     assert_eq!(kind_of("000001.idx"), Some((Kind::Index, 1)));
+    assert_eq!(kind_of("000001.1.idx"), Some((Kind::Index, 1)));
+    assert_eq!(kind_of("000001.1.idx.tmp"), None);
     assert_eq!(kind_of("000012.vdl"), Some((Kind::Numbered, 12)));
     assert_eq!(kind_of("1000000.seg"), Some((Kind::Numbered, 1_000_000)));
     for n in [
@@ -35,6 +37,9 @@ fn names_say_what_is_tiered() {
         "LOCK",
         ".idx",
         "a1.idx",
+        "000001.0.idx",
+        "000001..idx",
+        "000001.1a.idx",
         "tiers.manifest",
     ] {
         assert_eq!(kind_of(n), None, "{n}");
