@@ -47,6 +47,24 @@ fn commit_both(a: &mut Store, b: &mut Store, rng: &mut Rng, from: u64, to: u64) 
     }
 }
 
+/// Two stores (`a` never consolidates, `b` will) with versions `1..=versions` committed to both.
+struct Twins {
+    da: tempfile::TempDir,
+    db: tempfile::TempDir,
+    a: Store,
+    b: Store,
+    rng: Rng,
+}
+
+fn twins(prefetch: bool, seed: u64, versions: u64) -> Twins {
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = Store::open(da.path(), opts(prefetch)).unwrap();
+    let mut b = Store::open(db.path(), opts(prefetch)).unwrap();
+    let mut rng = Rng::new(seed);
+    commit_both(&mut a, &mut b, &mut rng, 1, versions);
+    Twins { da, db, a, b, rng }
+}
+
 fn consolidate_all(reader: &Reader, dir: &Path) -> usize {
     let mut n = 0;
     for name in index_files(dir) {
@@ -80,11 +98,13 @@ fn same_reads(a: &Store, b: &Store, last: u64, step: usize, kstep: usize) {
 #[test]
 fn consolidated_files_answer_exactly_what_the_originals_do() {
     for prefetch in [false, true] {
-        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let mut a = Store::open(d1.path(), opts(prefetch)).unwrap();
-        let mut b = Store::open(d2.path(), opts(prefetch)).unwrap();
-        let mut rng = Rng::new(11);
-        commit_both(&mut a, &mut b, &mut rng, 1, 150);
+        let Twins {
+            da: d1,
+            db: d2,
+            mut a,
+            mut b,
+            mut rng,
+        } = twins(prefetch, 11, 150);
         let files = index_files(d2.path()).len();
         assert!(files >= 10, "{files} index files: chains need several");
 
@@ -133,11 +153,13 @@ fn consolidated_files_answer_exactly_what_the_originals_do() {
 
 #[test]
 fn commits_and_reads_go_on_while_files_are_consolidated() {
-    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut a = Store::open(d1.path(), opts(true)).unwrap();
-    let mut b = Store::open(d2.path(), opts(true)).unwrap();
-    let mut rng = Rng::new(12);
-    commit_both(&mut a, &mut b, &mut rng, 1, 80);
+    let Twins {
+        da: _d1,
+        db: d2,
+        mut a,
+        mut b,
+        mut rng,
+    } = twins(true, 12, 80);
     let reader = b.reader();
     let dir = d2.path().to_path_buf();
     let names = index_files(&dir);
@@ -160,11 +182,13 @@ fn commits_and_reads_go_on_while_files_are_consolidated() {
 
 #[test]
 fn a_crash_that_leaves_both_generations_opens_on_the_newer_one() {
-    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut a = Store::open(d1.path(), opts(false)).unwrap();
-    let mut b = Store::open(d2.path(), opts(false)).unwrap();
-    let mut rng = Rng::new(13);
-    commit_both(&mut a, &mut b, &mut rng, 1, 60);
+    let Twins {
+        da: _d1,
+        db: d2,
+        a,
+        b,
+        ..
+    } = twins(false, 13, 60);
     let names = index_files(d2.path());
     let target = &names[names.len() / 2];
     let old_bytes = std::fs::read(d2.path().join("lsvps").join(target)).unwrap();
