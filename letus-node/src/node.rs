@@ -210,9 +210,9 @@ impl Node {
         if let Some(v) = self.reader().snapshot().latest_version() {
             tiers.note_version(v);
         }
-        // Index files are not consolidated as they go cold here yet (`Tiered::set_before_cold`): with it, a node
-        // SIGKILLed and restarted while the object store is down failed to open in `tests/tiering.rs`, a case not
-        // yet understood.
+        // An index file is consolidated just before it goes cold (FORMAT.md §2.8), so that a page at an old
+        // version is read from one object.
+        tiers.set_before_cold(self.reader().cold_preparer());
         tiers.start_mover();
         self.tiers = Some(tiers);
         self

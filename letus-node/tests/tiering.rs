@@ -202,6 +202,19 @@ fn sigkill_at_any_moment_of_migration_loses_nothing_and_leaves_each_file_in_one_
             assert_eq!(s, 200);
             assert!(t["tiers"]["cold"]["files"].as_u64().unwrap() > 0, "{t}");
             assert_eq!(t["object_store"]["fenced"], false, "{t}");
+            // Index files go cold as their consolidated generation (`NNNNNN.1.idx`, FORMAT.md §2.8).
+            let m = Manifest::load(&letus_core::storage::Local, &data).unwrap();
+            let cold_idx: Vec<&String> = m
+                .files
+                .iter()
+                .filter(|(r, f)| f.tier == Tier::Cold && r.ends_with(".idx"))
+                .map(|(r, _)| r)
+                .collect();
+            assert!(!cold_idx.is_empty(), "{:?}", m.files.keys());
+            assert!(
+                cold_idx.iter().all(|r| r.ends_with(".1.idx")),
+                "{cold_idx:?}"
+            );
             let metrics = agent()
                 .get(format!("{url}/metrics"))
                 .call()

@@ -14,10 +14,11 @@
 //! uploading and deleting, and reports it. Objects carry the epoch of their writer in their names, so two writers
 //! never overwrite each other's data; the local manifest, not the bucket, says which objects a store uses.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
@@ -124,6 +125,47 @@ impl Weighter<BlockKey, Arc<[u8]>> for BlockWeighter {
     }
 }
 
+/// One read's fetch of the blocks it claimed: done once they are cached, or the fetch failed.
+#[derive(Debug, Default)]
+struct Flight {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Flight {
+    fn wait(&self) {
+        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        while !*done {
+            done = self.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// The blocks a read claimed, released when it is dropped (fetched and cached, or failed): their waiters wake.
+struct Claim<'a> {
+    tier: &'a ColdTier,
+    keys: Vec<BlockKey>,
+    flight: Arc<Flight>,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        {
+            let mut inflight = self.tier.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            for k in &self.keys {
+                if inflight
+                    .get(k)
+                    .is_some_and(|f| Arc::ptr_eq(f, &self.flight))
+                {
+                    inflight.remove(k);
+                }
+            }
+        }
+        *self.flight.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.flight.cv.notify_all();
+    }
+}
+
 /// The cold tier of one store: the object store, this writer's epoch and fence, the block cache.
 pub(crate) struct ColdTier {
     pub store: Arc<dyn ColdStore>,
@@ -138,6 +180,8 @@ pub(crate) struct ColdTier {
     writer: String,
     fenced: AtomicBool,
     cache: Cache<BlockKey, Arc<[u8]>, BlockWeighter>,
+    /// Blocks being fetched now, each with the fetch that other readers of it wait for.
+    inflight: Mutex<HashMap<BlockKey, Arc<Flight>>>,
     pub block_bytes: u64,
     pub counters: Arc<ColdCounters>,
 }
@@ -159,6 +203,10 @@ fn manifest_key(prefix: &str, n: u64) -> String {
 /// Most cache blocks one ranged GET fetches (16 MiB of 256 KiB blocks): bounds a GET's memory.
 pub const MAX_BLOCKS_PER_GET: u64 = 64;
 
+/// Most cached blocks between two missing ones that a read fetches again to make one GET of two: a GET costs
+/// about as much for 256 KiB as for 1 MiB here, and a second round trip costs more.
+pub const MAX_GAP_BLOCKS: u64 = 2;
+
 impl ColdTier {
     /// The cold tier of `store` under `prefix`, not yet claimed (no request is sent).
     pub fn new(
@@ -176,6 +224,7 @@ impl ColdTier {
             writer: writer_line(),
             fenced: AtomicBool::new(false),
             cache: Cache::with_weighter(est.clamp(16, 1 << 20), cache_bytes.max(1), BlockWeighter),
+            inflight: Mutex::default(),
             block_bytes: block_bytes.max(4096),
             counters: Arc::new(ColdCounters::default()),
         }
@@ -262,9 +311,11 @@ impl ColdTier {
     }
 
     /// Reads `buf.len()` bytes at `offset` of object `key` (of `size` bytes, cache id `file_id`) through the
-    /// block cache. The blocks of the range that are not cached are fetched with one ranged GET per run of
-    /// adjacent missing blocks (at most [`MAX_BLOCKS_PER_GET`] each): a record that straddles a block boundary
-    /// costs one GET, not two.
+    /// block cache. The blocks of the range that are not cached are fetched with one ranged GET per group of
+    /// missing blocks (gaps of at most [`MAX_GAP_BLOCKS`] cached blocks are fetched again rather than split the
+    /// GET; at most [`MAX_BLOCKS_PER_GET`] blocks each): a record that straddles a block boundary costs one GET,
+    /// not two. A block another reader is fetching is waited for, not fetched twice: the engine reads the
+    /// records of a DeltaPage chain concurrently, and they often share a block.
     pub fn read(
         &self,
         file_id: u64,
@@ -282,38 +333,70 @@ impl ColdTier {
         }
         let bs = self.block_bytes;
         let (first, last) = (offset / bs, (end - 1) / bs);
+        let slot = |b: u64| usize::try_from(b - first).unwrap_or(usize::MAX);
         let mut blocks: Vec<Option<Arc<[u8]>>> = (first..=last)
-            .map(|b| {
-                let hit = self.cache.get(&(file_id, b));
-                let c = if hit.is_some() {
-                    &self.counters.cache_hits
-                } else {
-                    &self.counters.cache_misses
-                };
-                c.fetch_add(1, Ordering::Relaxed);
-                hit
-            })
+            .map(|b| self.cache.get(&(file_id, b)))
             .collect();
-        let mut b = first;
-        while b <= last {
-            if blocks[(b - first) as usize].is_some() {
-                b += 1;
-                continue;
+        // The missing blocks this read fetches (claimed: other readers of them wait), and those another read is
+        // fetching now. Checked again under the lock: a fetch caches its blocks before it releases its claim.
+        let flight = Arc::new(Flight::default());
+        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+        {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            for b in first..=last {
+                if blocks[slot(b)].is_some() {
+                    continue;
+                }
+                if let Some(v) = self.cache.get(&(file_id, b)) {
+                    blocks[slot(b)] = Some(v);
+                } else if let Some(f) = inflight.get(&(file_id, b)) {
+                    theirs.push((b, f.clone()));
+                } else {
+                    inflight.insert((file_id, b), flight.clone());
+                    mine.push(b);
+                }
             }
-            let run = b;
-            while b <= last
-                && blocks[(b - first) as usize].is_none()
-                && b - run < MAX_BLOCKS_PER_GET
+        }
+        let hits = (last - first + 1) - (mine.len() + theirs.len()) as u64;
+        self.counters.cache_hits.fetch_add(hits, Ordering::Relaxed);
+        self.counters
+            .cache_misses
+            .fetch_add(mine.len() as u64, Ordering::Relaxed);
+        // Own blocks first, then wait: a read never waits while it holds a claim, so two reads cannot wait for
+        // each other. An error releases the claims (`Claim::drop`), and their waiters fetch for themselves.
+        let claim = Claim {
+            tier: self,
+            keys: mine.iter().map(|&b| (file_id, b)).collect(),
+            flight,
+        };
+        let mut i = 0;
+        while i < mine.len() {
+            let (lo, mut hi, mut j) = (mine[i], mine[i], i + 1);
+            while j < mine.len()
+                && mine[j] - hi <= MAX_GAP_BLOCKS + 1
+                && mine[j] - lo < MAX_BLOCKS_PER_GET
             {
-                b += 1;
+                hi = mine[j];
+                j += 1;
             }
-            for (i, data) in self
-                .fetch_blocks(file_id, key, size, run, b)?
-                .into_iter()
-                .enumerate()
-            {
-                blocks[(run - first) as usize + i] = Some(data);
+            let data = self.fetch_blocks(key, size, lo, hi + 1)?;
+            for (k, d) in data.into_iter().enumerate() {
+                let b = lo + k as u64;
+                if mine[i..j].binary_search(&b).is_ok() {
+                    self.cache.insert((file_id, b), d.clone());
+                }
+                blocks[slot(b)].get_or_insert(d);
             }
+            i = j;
+        }
+        drop(claim);
+        for (b, f) in theirs {
+            if blocks[slot(b)].is_some() {
+                continue; // fetched again inside one of this read's GETs
+            }
+            f.wait();
+            let d = self.block(file_id, key, size, b)?;
+            blocks[slot(b)] = Some(d);
         }
         for (i, data) in blocks.into_iter().enumerate() {
             let data = data.ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
@@ -333,15 +416,45 @@ impl ColdTier {
         Ok(())
     }
 
-    /// Blocks `from..to` of object `key` with one ranged GET, each cached.
-    fn fetch_blocks(
-        &self,
-        file_id: u64,
-        key: &str,
-        size: u64,
-        from: u64,
-        to: u64,
-    ) -> io::Result<Vec<Arc<[u8]>>> {
+    /// Block `b` of object `key` after waiting for another read's fetch of it: from the cache, or, if that fetch
+    /// failed (or the block was evicted already), fetched here, by one of the readers that waited.
+    fn block(&self, file_id: u64, key: &str, size: u64, b: u64) -> io::Result<Arc<[u8]>> {
+        let k = (file_id, b);
+        loop {
+            let flight = Arc::new(Flight::default());
+            let other = {
+                let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(v) = self.cache.get(&k) {
+                    self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(v);
+                }
+                match inflight.get(&k) {
+                    Some(f) => Some(f.clone()),
+                    None => {
+                        inflight.insert(k, flight.clone());
+                        None
+                    }
+                }
+            };
+            let Some(other) = other else {
+                let _claim = Claim {
+                    tier: self,
+                    keys: vec![k],
+                    flight,
+                };
+                self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+                let d = self.fetch_blocks(key, size, b, b + 1)?.pop();
+                let d = d.ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+                self.cache.insert(k, d.clone());
+                return Ok(d);
+            };
+            other.wait();
+        }
+    }
+
+    /// Blocks `from..to` of object `key` with one ranged GET (not cached here: the caller owns their
+    /// placeholders).
+    fn fetch_blocks(&self, key: &str, size: u64, from: u64, to: u64) -> io::Result<Vec<Arc<[u8]>>> {
         let bs = self.block_bytes;
         let start = from * bs;
         let end = (to * bs).min(size);
@@ -355,14 +468,10 @@ impl ColdTier {
                 ),
             ));
         }
-        let blocks: Vec<Arc<[u8]>> = data
+        Ok(data
             .chunks(usize::try_from(bs).unwrap_or(usize::MAX))
             .map(Arc::from)
-            .collect();
-        for (i, b) in blocks.iter().enumerate() {
-            self.cache.insert((file_id, from + i as u64), b.clone());
-        }
-        Ok(blocks)
+            .collect())
     }
 
     /// A ranged GET, counted.
@@ -478,6 +587,7 @@ fn latest_manifest(store: &dyn ColdStore, prefix: &str, c: &ColdCounters) -> io:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// An object held in memory that records the ranges asked for: this tests how reads are split into GETs
     /// (the cold tier against a real S3 server is in `tests/tiering.rs`).
@@ -485,6 +595,10 @@ mod tests {
     struct Recording {
         object: Vec<u8>,
         ranges: Mutex<Vec<(u64, u64)>>,
+        /// How long each GET takes (so that concurrent reads overlap).
+        delay: Duration,
+        /// Whether the first GET fails (after the delay), as a store that cannot be reached.
+        fail_first: AtomicBool,
     }
 
     impl ColdStore for Recording {
@@ -492,6 +606,10 @@ mod tests {
             Err(io::Error::other("read-only"))
         }
         fn get_range(&self, _: &str, start: u64, end: u64) -> io::Result<Vec<u8>> {
+            std::thread::sleep(self.delay);
+            if self.fail_first.swap(false, Ordering::SeqCst) {
+                return Err(ColdUnavailable::io("refused"));
+            }
             self.ranges.lock().unwrap().push((start, end));
             Ok(self.object[start as usize..end as usize].to_vec())
         }
@@ -518,7 +636,7 @@ mod tests {
         let size = object.len() as u64;
         let store = Arc::new(Recording {
             object: object.clone(),
-            ranges: Mutex::default(),
+            ..Recording::default()
         });
         let tier = ColdTier::new(store.clone(), "p".into(), 1 << 20, 4096);
         let read = |offset: u64, len: usize| {
@@ -535,11 +653,22 @@ mod tests {
         // Cached now: no GET.
         read(100, 8000);
         took(&[]);
-        // Blocks 2..=5 with 3 cached in between: two GETs, one per run.
+        // Blocks 2..=5 with 3 cached in between: one GET of all four (a short gap is fetched again).
         read(3 * 4096, 10);
         took(&[(12288, 16384)]);
         read(2 * 4096 + 5, 4 * 4096 - 10);
-        took(&[(8192, 12288), (16384, 24576)]);
+        took(&[(8192, 24576)]);
+        // A gap of two cached blocks is fetched again inside one GET; a gap of three splits the GET.
+        tier.cache.clear();
+        read(4096, 2 * 4096);
+        took(&[(4096, 12288)]);
+        read(0, 4 * 4096);
+        took(&[(0, 16384)]);
+        tier.cache.clear();
+        read(4096, 3 * 4096);
+        took(&[(4096, 16384)]);
+        read(0, 5 * 4096);
+        took(&[(0, 4096), (16384, 20480)]);
         // The short last block, and an empty read.
         read(size - 3, 3);
         took(&[(36864, 40960)]);
@@ -547,6 +676,66 @@ mod tests {
         took(&[]);
         let mut past = vec![0; 2];
         assert!(tier.read(7, "k", size, &mut past, size - 1).is_err());
-        assert_eq!(tier.counters.gets.load(Ordering::Relaxed), 5);
+        assert_eq!(tier.counters.gets.load(Ordering::Relaxed), 9);
+    }
+
+    #[test]
+    fn concurrent_reads_of_one_block_make_one_get() {
+        let object: Vec<u8> = (0..4 * 4096u32).map(|i| (i % 253) as u8).collect();
+        let size = object.len() as u64;
+        let store = Arc::new(Recording {
+            object: object.clone(),
+            delay: Duration::from_millis(50),
+            ..Recording::default()
+        });
+        let tier = ColdTier::new(store.clone(), "p".into(), 1 << 20, 4096);
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let (tier, object) = (&tier, &object);
+                s.spawn(move || {
+                    let offset = 4096 + t * 100;
+                    let mut buf = vec![0; 64];
+                    tier.read(7, "k", size, &mut buf, offset).unwrap();
+                    assert_eq!(buf, object[offset as usize..offset as usize + 64]);
+                });
+            }
+        });
+        assert_eq!(*store.ranges.lock().unwrap(), [(4096, 8192)]);
+    }
+
+    #[test]
+    fn a_failed_get_leaves_its_waiters_to_fetch_for_themselves() {
+        let object: Vec<u8> = (0..4 * 4096u32).map(|i| (i % 241) as u8).collect();
+        let size = object.len() as u64;
+        let store = Arc::new(Recording {
+            object: object.clone(),
+            delay: Duration::from_millis(50),
+            fail_first: AtomicBool::new(true),
+            ..Recording::default()
+        });
+        let tier = ColdTier::new(store.clone(), "p".into(), 1 << 20, 4096);
+        let failed = std::thread::scope(|s| {
+            let readers: Vec<_> = (0..4)
+                .map(|_| {
+                    let (tier, object) = (&tier, &object);
+                    s.spawn(move || {
+                        let mut buf = vec![0; 10];
+                        let r = tier.read(7, "k", size, &mut buf, 5000);
+                        if r.is_ok() {
+                            assert_eq!(buf, object[5000..5010]);
+                        }
+                        r.is_err()
+                    })
+                })
+                .collect();
+            readers
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .filter(|&failed| failed)
+                .count()
+        });
+        // Only the read whose GET failed fails; one of the others fetched the block, and the rest waited for it.
+        assert_eq!(failed, 1);
+        assert_eq!(*store.ranges.lock().unwrap(), [(4096, 8192)]);
     }
 }

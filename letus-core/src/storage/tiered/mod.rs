@@ -569,8 +569,31 @@ impl Inner {
 
     /// After a crash: every file in exactly one place, the one the manifest names.
     fn recover(&self) -> Result<()> {
-        let m = self.lock_manifest().clone();
         let hot = &*self.cfg.hot;
+        // A hot record whose file is gone: the engine removed the file (a consolidated index file replaced it,
+        // FORMAT.md §2.8) and the crash came before the manifest forgot it. A move never deletes its source
+        // before the manifest names the copy, so no other copy exists.
+        let gone: Vec<String> = {
+            let m = self.lock_manifest();
+            let mut gone = Vec::new();
+            for (rel, _) in m.files.iter().filter(|(_, f)| f.tier == Tier::Hot) {
+                let p = self.cfg.root.join(rel);
+                if hot.kind(&p).map_err(|e| io_err(&p, e))?.is_none() {
+                    gone.push(rel.clone());
+                }
+            }
+            gone
+        };
+        if !gone.is_empty() {
+            let mut m = self.lock_manifest();
+            let mut next = m.clone();
+            for rel in &gone {
+                next.files.remove(rel);
+            }
+            next.store(hot, &self.cfg.root)?;
+            *m = next;
+        }
+        let m = self.lock_manifest().clone();
         for (rel, f) in &m.files {
             if f.tier == Tier::Hot {
                 continue;

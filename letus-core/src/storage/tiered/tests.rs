@@ -24,6 +24,17 @@ fn write(t: &Tiered, path: &Path, bytes: &[u8]) -> FileRef {
     f
 }
 
+/// A tiered store holding `lsvps/000001.idx` ("one") and `lsvps/000002.idx` ("two"), both seen sealed at version 1.
+fn two_index_files_seen_sealed(root: &Path, warm: &Path) -> (Tiered, PathBuf) {
+    let t = Tiered::open(cfg(root, warm)).unwrap();
+    let dir = root.join("lsvps");
+    drop(write(&t, &dir.join("000001.idx"), b"one"));
+    drop(write(&t, &dir.join("000002.idx"), b"two"));
+    t.note_version(1);
+    t.migrate_now().unwrap();
+    (t, dir)
+}
+
 #[test]
 fn names_say_what_is_tiered() {
     assert_eq!(kind_of("000001.idx"), Some((Kind::Index, 1)));
@@ -100,12 +111,7 @@ fn a_moved_file_is_read_through_handles_opened_before_the_move_and_only_the_acti
 #[test]
 fn an_interrupted_move_leaves_each_file_in_the_one_place_the_manifest_names() {
     let (root, warm) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let t = Tiered::open(cfg(root.path(), warm.path())).unwrap();
-    let dir = root.path().join("lsvps");
-    drop(write(&t, &dir.join("000001.idx"), b"one"));
-    drop(write(&t, &dir.join("000002.idx"), b"two"));
-    t.note_version(1);
-    t.migrate_now().unwrap();
+    let (t, dir) = two_index_files_seen_sealed(root.path(), warm.path());
     t.note_version(3);
     assert_eq!(t.migrate_now().unwrap(), 2);
     drop(t);
@@ -199,4 +205,23 @@ fn a_record_of_a_file_that_is_gone_does_not_block_the_moves_behind_it() {
         .lock_manifest()
         .files
         .contains_key("lsvps/000001.idx"));
+}
+
+#[test]
+fn open_forgets_a_hot_record_whose_file_is_gone() {
+    let (root, warm) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (t, dir) = two_index_files_seen_sealed(root.path(), warm.path());
+    assert_eq!(t.inner.lock_manifest().files.len(), 2);
+    drop(t);
+    // A crash between the engine's removal of a hot file (a consolidated generation replaced it) and the
+    // manifest's update.
+    std::fs::remove_file(dir.join("000001.idx")).unwrap();
+    let t = Tiered::open(cfg(root.path(), warm.path())).unwrap();
+    let files = t.inner.lock_manifest().files.clone();
+    assert!(!files.contains_key("lsvps/000001.idx"), "{files:?}");
+    assert!(files.contains_key("lsvps/000002.idx"));
+    drop(t);
+    // And durably so: the record does not come back at the next open.
+    let m = Manifest::load(&crate::storage::Local, root.path()).unwrap();
+    assert!(!m.files.contains_key("lsvps/000001.idx"));
 }
