@@ -18,7 +18,7 @@
 mod s3_server;
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -80,6 +80,48 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// The object store, with the ranged GETs since the last clear written down (to show where a costly proof's
+/// GETs went).
+#[derive(Debug)]
+struct Logged {
+    inner: Arc<dyn ColdStore>,
+    gets: Mutex<Vec<(String, u64, u64)>>,
+}
+
+impl ColdStore for Logged {
+    fn upload(
+        &self,
+        key: &str,
+        src: letus_core::storage::FileRef,
+        len: u64,
+    ) -> std::io::Result<()> {
+        self.inner.upload(key, src, len)
+    }
+    fn get_range(&self, key: &str, start: u64, end: u64) -> std::io::Result<Vec<u8>> {
+        let mut g = self.gets.lock().unwrap();
+        if g.len() < 64 {
+            g.push((key.to_string(), start, end));
+        }
+        drop(g);
+        self.inner.get_range(key, start, end)
+    }
+    fn get(&self, key: &str) -> std::io::Result<Option<Vec<u8>>> {
+        self.inner.get(key)
+    }
+    fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> std::io::Result<bool> {
+        self.inner.put_if_absent(key, bytes)
+    }
+    fn delete(&self, key: &str) -> std::io::Result<()> {
+        self.inner.delete(key)
+    }
+    fn list(&self, prefix: &str) -> std::io::Result<Vec<String>> {
+        self.inner.list(prefix)
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
 fn main() {
     let a = Args::parse();
     let tmp = tempfile::tempdir_in(a.dir.clone().unwrap_or_else(std::env::temp_dir)).unwrap();
@@ -87,7 +129,11 @@ fn main() {
     println!("object store: SeaweedFS at {}", s3.endpoint);
     let plain_dir = tmp.path().join("plain");
     let root = tmp.path().join("tiered");
-    let cold: Arc<dyn ColdStore> = Arc::new(S3::new(&s3.config()).unwrap());
+    let logged = Arc::new(Logged {
+        inner: Arc::new(S3::new(&s3.config()).unwrap()),
+        gets: Mutex::default(),
+    });
+    let cold: Arc<dyn ColdStore> = logged.clone();
     let tiers = Tiered::open(TierConfig {
         cold: Some(cold),
         cold_prefix: "bench".into(),
@@ -166,6 +212,18 @@ fn main() {
             store.commit(v).unwrap();
             if let Some(t) = t {
                 t.note_version(v);
+                if v.is_multiple_of(100) {
+                    let st = t.status();
+                    println!(
+                        "  at version {v}: {} s; hot sealed {} files, cold {} files; moved {}, backlog {}; {} GETs",
+                        started.elapsed().as_secs(),
+                        st.tiers[0].files,
+                        st.tiers[2].files,
+                        st.moved_files,
+                        st.backlog.files,
+                        st.cold_requests[0]
+                    );
+                }
             }
         }
         let pay = pay_started.elapsed().as_secs_f64();
@@ -282,6 +340,7 @@ fn main() {
             if mode == "engine and cold caches cleared" {
                 tiers.clear_cold_cache();
             }
+            logged.gets.lock().unwrap().clear();
             let (g0, m0) = (c.gets.load(Ordering::Relaxed), tiered.metrics());
             let t0 = Instant::now();
             let (_, proof) = tiered.get_proof(TID, v, &k).unwrap();
@@ -298,6 +357,9 @@ fn main() {
                          {} values read by the engine, {took:.1} ms",
                         d.page_reads, d.index_block_reads, d.value_reads
                     );
+                    for (key, start, end) in logged.gets.lock().unwrap().iter() {
+                        println!("    GET {key} {start}..{end}");
+                    }
                 }
                 reads[0] += d.page_reads;
                 reads[1] += d.index_block_reads;

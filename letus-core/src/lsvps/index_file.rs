@@ -26,7 +26,7 @@ use crate::metrics::Counters;
 use crate::storage::SharedStorage;
 
 use super::block_cache::BlockCache;
-use super::page_key::PageKey;
+use super::page_key::{PageKey, PageKind};
 
 /// The magic number at the start of the header and at the end of the footer.
 pub const MAGIC: [u8; 8] = *b"LETUSIDX";
@@ -82,6 +82,9 @@ impl IndexEntry {
         self.offset + PAGE_BLOCK_HEADER_LEN + u64::from(self.len)
     }
 }
+
+/// The largest span [`IndexFile::read_entries`] reads at once (a few cold-tier blocks).
+pub(crate) const MAX_SPAN_READ: u64 = 1 << 20;
 
 /// A decoded index block, as cached in the [`BlockCache`]. Entries are strictly increasing by key.
 #[derive(Debug)]
@@ -648,13 +651,45 @@ impl IndexFile {
     ///
     /// Cost: at most one index block read (none on a cache hit) and one page block read.
     pub fn floor(&self, key: &PageKey) -> Result<Option<(PageKey, Vec<u8>)>> {
-        let Some(e) = self.floor_entry(key)? else {
+        let i = self.lookup.partition_point(|l| l.first_key <= *key);
+        if i == 0 {
+            return Ok(None);
+        }
+        let block = self.block(i - 1)?;
+        let j = block.entries.partition_point(|e| e.key <= *key);
+        let Some(e) = j.checked_sub(1).map(|j| block.entries[j]) else {
             return Ok(None);
         };
         if !e.key.same_page(key) {
             return Ok(None);
         }
-        Ok(Some((e.key, self.read_record(&e)?)))
+        // Loading a page from a DeltaPage reads its predecessors next, and those in this file are the page's
+        // records just before it, down to a BasePage (in a consolidated file, §2.8, every chain ends in the file
+        // at the BasePage of its first version). When that BasePage is in the same index block, read them all at
+        // once: in the cold tier that is one GET where the head and the rest could each cost one (the rest is then
+        // cached for the chain walk).
+        let mut first = j - 1;
+        let chain_to_base = e.key.kind == PageKind::Delta
+            && loop {
+                let Some(p) = first.checked_sub(1) else {
+                    break false;
+                };
+                let b = block.entries[p];
+                if !b.key.same_page(&e.key) || e.end() - b.offset > MAX_SPAN_READ {
+                    break false;
+                }
+                first = p;
+                if b.key.kind == PageKind::Base {
+                    break true;
+                }
+            };
+        if chain_to_base {
+            let mut records = self.read_entries(&block.entries[first..j])?;
+            let head = records.pop().unwrap_or_default();
+            Ok(Some((e.key, head)))
+        } else {
+            Ok(Some((e.key, self.read_record(&e)?)))
+        }
     }
 
     /// Where the newest record of `key`'s page at or below `key.version` is, without reading it (at most one
@@ -850,9 +885,43 @@ impl IndexFile {
         fsutil::read_exact_at(&*file, &self.path, &mut buf, e.offset)?;
         Counters::add(&self.counters.page_reads, 1);
         Counters::add(&self.counters.bytes_read, total as u64);
-        let stored_len = u32_at(&buf, 0);
-        let stored_crc = u32_at(&buf, 4);
-        let record = &buf[PAGE_BLOCK_HEADER_LEN as usize..];
+        self.check_record(e, &buf)?;
+        buf.drain(..PAGE_BLOCK_HEADER_LEN as usize);
+        Ok(buf)
+    }
+
+    /// The records of `entries` (of this file), read with one read of the span from the first to the last: the
+    /// records of one page's DeltaPage chain in a consolidated file (§2.8) sit next to each other, and in the cold
+    /// tier one read is one ranged GET where reads of each record could each cost their own. Entries spread over
+    /// more than [`MAX_SPAN_READ`] bytes are read one by one.
+    pub(crate) fn read_entries(&self, entries: &[IndexEntry]) -> Result<Vec<Vec<u8>>> {
+        let lo = entries.iter().map(|e| e.offset).min().unwrap_or(0);
+        let hi = entries.iter().map(IndexEntry::end).max().unwrap_or(0);
+        if entries.len() < 2 || hi - lo > MAX_SPAN_READ {
+            return entries.iter().map(|e| self.read_record(e)).collect();
+        }
+        let mut buf = vec![0u8; usize::try_from(hi - lo).unwrap_or(0)];
+        let file = self.cache.file(self.file_no, &self.path)?;
+        fsutil::read_exact_at(&*file, &self.path, &mut buf, lo)?;
+        Counters::add(&self.counters.page_reads, entries.len() as u64);
+        Counters::add(&self.counters.bytes_read, hi - lo);
+        entries
+            .iter()
+            .map(|e| {
+                let at = usize::try_from(e.offset - lo).unwrap_or(usize::MAX);
+                let end = usize::try_from(e.end() - lo).unwrap_or(usize::MAX);
+                let block = &buf[at..end];
+                self.check_record(e, block)?;
+                Ok(block[PAGE_BLOCK_HEADER_LEN as usize..].to_vec())
+            })
+            .collect()
+    }
+
+    /// Checks page block `block` (header and record) of `e` against its length and checksum.
+    fn check_record(&self, e: &IndexEntry, block: &[u8]) -> Result<()> {
+        let stored_len = u32_at(block, 0);
+        let stored_crc = u32_at(block, 4);
+        let record = &block[PAGE_BLOCK_HEADER_LEN as usize..];
         if stored_len != Some(e.len) || stored_crc != Some(page_crc(&e.key.encode(), e.len, record))
         {
             return Err(Error::corrupt(
@@ -861,8 +930,7 @@ impl IndexFile {
                 format!("page block of {:?} fails its checksum", e.key),
             ));
         }
-        buf.drain(..PAGE_BLOCK_HEADER_LEN as usize);
-        Ok(buf)
+        Ok(())
     }
 
     /// Drops this file's index blocks and its descriptor from the shared cache (when the file is deleted).

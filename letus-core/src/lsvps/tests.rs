@@ -682,3 +682,32 @@ fn lsvps_a_file_whose_index_outgrows_memory_reads_back_whole() {
         assert_eq!(f.get(k).unwrap().as_deref(), Some(v.as_slice()));
     }
 }
+
+#[test]
+fn lsvps_records_read_as_one_span_are_those_read_one_by_one_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, model) = small_file(dir.path(), "span.idx");
+    let f = open(&path, 0, 1 << 20).unwrap();
+    let keys: Vec<PageKey> = model.keys().copied().collect();
+    let entries: Vec<IndexEntry> = keys[10..20]
+        .iter()
+        .map(|k| f.locate(k).unwrap().unwrap())
+        .collect();
+    let records = f.read_entries(&entries).unwrap();
+    assert_eq!(records.len(), 10);
+    for (k, r) in keys[10..20].iter().zip(&records) {
+        assert_eq!(r, &model[k], "{k:?}");
+    }
+    // Not adjacent, and out of order: the same.
+    let picked = [entries[7], entries[2]];
+    let records = f.read_entries(&picked).unwrap();
+    assert_eq!(
+        (&records[0], &records[1]),
+        (&model[&keys[17]], &model[&keys[12]])
+    );
+    // A flipped byte in one record of the span fails the read with that record's offset.
+    let e = entries[5];
+    flip(&path, e.offset + PAGE_BLOCK_HEADER_LEN, 0x20);
+    let f = open(&path, 0, 1 << 20).unwrap();
+    assert_eq!(assert_corrupt(f.read_entries(&entries), &path), e.offset);
+}

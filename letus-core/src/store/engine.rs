@@ -323,22 +323,39 @@ impl Engine {
                 }
             }
         }
-        let read = |f: &Arc<IndexFile>, e: &crate::lsvps::IndexEntry| {
-            f.read_entry(e)
-                .ok()
-                .map(|b| (e.key, (b, f.path().to_path_buf())))
-        };
-        if found.len() < 2 {
-            // One read needs no other thread.
-            return Ok(found.iter().filter_map(|(f, e)| read(f, e)).collect());
+        // The records in one file are read with one read (in a consolidated file they sit side by side, and in the
+        // cold tier one read is one GET); the files are read concurrently.
+        let mut groups: Vec<(&Arc<IndexFile>, Vec<crate::lsvps::IndexEntry>)> = Vec::new();
+        for (f, e) in found {
+            match groups.last_mut() {
+                Some((g, es)) if Arc::ptr_eq(g, f) => es.push(e),
+                _ => groups.push((f, vec![e])),
+            }
         }
-        // A record that could not be read (or whose thread could not start) is left to the chain walk.
-        Ok(std::thread::scope(|s| {
-            let reads: Vec<_> = found
+        let read = |f: &Arc<IndexFile>, es: &[crate::lsvps::IndexEntry]| {
+            let path = f.path().to_path_buf();
+            f.read_entries(es).ok().map(|records| {
+                es.iter()
+                    .zip(records)
+                    .map(|(e, b)| (e.key, (b, path.clone())))
+                    .collect::<Vec<_>>()
+            })
+        };
+        if groups.len() < 2 {
+            // One read needs no other thread.
+            return Ok(groups
                 .iter()
-                .map(|(f, e)| {
+                .filter_map(|(f, es)| read(f, es))
+                .flatten()
+                .collect());
+        }
+        // A group that could not be read (or whose thread could not start) is left to the chain walk.
+        Ok(std::thread::scope(|s| {
+            let reads: Vec<_> = groups
+                .iter()
+                .map(|(f, es)| {
                     std::thread::Builder::new()
-                        .spawn_scoped(s, move || read(f, e))
+                        .spawn_scoped(s, move || read(f, es))
                         .ok()
                 })
                 .collect();
@@ -346,6 +363,7 @@ impl Engine {
                 .into_iter()
                 .flatten()
                 .filter_map(|h| h.join().ok().flatten())
+                .flatten()
                 .collect()
         }))
     }
