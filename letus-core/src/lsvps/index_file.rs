@@ -651,6 +651,22 @@ impl IndexFile {
     ///
     /// Cost: at most one index block read (none on a cache hit) and one page block read.
     pub fn floor(&self, key: &PageKey) -> Result<Option<(PageKey, Vec<u8>)>> {
+        let Some(e) = self.floor_entry(key)? else {
+            return Ok(None);
+        };
+        if !e.key.same_page(key) {
+            return Ok(None);
+        }
+        Ok(Some((e.key, self.read_record(&e)?)))
+    }
+
+    /// [`IndexFile::floor`], and with it the records the head's chain has in this file, newest first, when they
+    /// end at a BasePage in the same index block (empty otherwise): the caller needs no other read to load the page.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn floor_with_chain(
+        &self,
+        key: &PageKey,
+    ) -> Result<Option<(PageKey, Vec<u8>, Vec<(PageKey, Vec<u8>)>)>> {
         let i = self.lookup.partition_point(|l| l.first_key <= *key);
         if i == 0 {
             return Ok(None);
@@ -667,7 +683,7 @@ impl IndexFile {
         // records just before it, down to a BasePage (in a consolidated file, §2.8, every chain ends in the file
         // at the BasePage of its first version). When that BasePage is in the same index block, read them all at
         // once: in the cold tier that is one GET where the head and the rest could each cost one (the rest is then
-        // cached for the chain walk).
+        // handed to the chain walk).
         let mut first = j - 1;
         let chain_to_base = e.key.kind == PageKind::Delta
             && loop {
@@ -683,13 +699,14 @@ impl IndexFile {
                     break true;
                 }
             };
-        if chain_to_base {
-            let mut records = self.read_entries(&block.entries[first..j])?;
-            let head = records.pop().unwrap_or_default();
-            Ok(Some((e.key, head)))
-        } else {
-            Ok(Some((e.key, self.read_record(&e)?)))
+        if !chain_to_base {
+            return Ok(Some((e.key, self.read_record(&e)?, Vec::new())));
         }
+        let entries = &block.entries[first..j];
+        let mut records = self.read_entries(entries)?;
+        let head = records.pop().unwrap_or_default();
+        let chain = entries.iter().map(|e| e.key).zip(records).rev().collect();
+        Ok(Some((e.key, head, chain)))
     }
 
     /// Where the newest record of `key`'s page at or below `key.version` is, without reading it (at most one

@@ -165,12 +165,20 @@ impl Engine {
         }
     }
 
-    pub(super) fn floor(&self, key: &PageKey) -> Result<Option<(PageKey, Vec<u8>, PathBuf)>> {
+    /// The newest record of `key`'s page at or below its version, where it was read, and the rest of its chain
+    /// when the index file holds all of it ([`IndexFile::floor_with_chain`]).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn floor(
+        &self,
+        key: &PageKey,
+    ) -> Result<Option<(PageKey, Vec<u8>, PathBuf, Vec<(PageKey, Vec<u8>)>)>> {
         match self.segment(key.version) {
-            Segment::File(f) => Ok(f.floor(key)?.map(|(k, v)| (k, v, f.path().to_path_buf()))),
+            Segment::File(f) => Ok(f
+                .floor_with_chain(key)?
+                .map(|(k, v, chain)| (k, v, f.path().to_path_buf(), chain))),
             Segment::Table(t) => Ok(t
                 .floor(key)
-                .map(|(k, v)| (k, v.to_vec(), self.dir.join("lsvps/memtable")))),
+                .map(|(k, v)| (k, v.to_vec(), self.dir.join("lsvps/memtable"), Vec::new()))),
         }
     }
 
@@ -187,7 +195,7 @@ impl Engine {
     /// to a BasePage, replaying entries up to `version`.
     pub(super) fn read_page(&self, tid: TrieId, id: PageId, version: Version) -> Result<Page> {
         let probe = PageKey::new(tid, id, version, PageKind::Delta);
-        let (head_key, bytes, path) = self.floor(&probe)?.ok_or_else(|| {
+        let (head_key, bytes, path, in_file) = self.floor(&probe)?.ok_or_else(|| {
             Error::corrupt(
                 self.dir.join("lsvps"),
                 0,
@@ -219,6 +227,11 @@ impl Engine {
             },
         };
         let mut prefetched = match (&head_rec, self.opts.prefetch_delta_chains) {
+            // The whole chain came with the head.
+            _ if !in_file.is_empty() => in_file
+                .into_iter()
+                .map(|(k, b)| (k, (b, path.clone())))
+                .collect(),
             (PageRecord::Delta { prev: Some(p), .. }, true) => {
                 self.prefetch_chain(tid, id, PageKey::new(tid, id, p.0, p.1))?
             }
