@@ -59,32 +59,61 @@ impl Default for TierPolicy {
 const CHUNK: usize = 4 << 20;
 
 /// The mover thread: waits for versions, then runs one pass. Holds its store only weakly between passes.
+///
+/// A recorder thread runs beside it, recording newly sealed files at every new version: a pass can take hundreds
+/// of versions (the consolidation and upload of a large index file), and a file's age counts from when it is
+/// recorded, so a file sealed during a long pass must not wait for the pass to end to start ageing.
 pub(super) fn run(weak: Weak<Inner>, signal: Arc<Signal>) {
+    std::thread::scope(|s| {
+        let (w, sig) = (weak.clone(), signal.clone());
+        // Without the recorder (it could not be spawned) the mover still records at every pass: files only
+        // start ageing later.
+        let _ = std::thread::Builder::new()
+            .name("letus-tier-recorder".into())
+            .spawn_scoped(s, move || record_loop(w, sig));
+        move_loop(weak, signal);
+    });
+}
+
+/// Waits until the clock passes `from` (or a stop); returns the new version, or `None` when the thread should end.
+fn wait_past(weak: &Weak<Inner>, signal: &Signal, from: u64) -> Option<u64> {
+    let mut c = signal.lock();
+    while !c.1 && c.0 <= from {
+        // The timeout only lets a thread whose store is gone (every clone and handle dropped) notice it and end;
+        // it sends no request.
+        c = signal
+            .wake
+            .wait_timeout(c, std::time::Duration::from_secs(1))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+        if weak.strong_count() == 0 {
+            return None;
+        }
+    }
+    (!c.1).then_some(c.0)
+}
+
+fn record_loop(weak: Weak<Inner>, signal: Arc<Signal>) {
+    let mut seen = 0u64;
+    while let Some(v) = wait_past(&weak, &signal, seen) {
+        seen = v;
+        let Some(inner) = weak.upgrade() else { return };
+        // A failure (a listing or the manifest's write) is retried at the next version and by the next pass.
+        let _ = inner.record_sealed(v);
+    }
+}
+
+fn move_loop(weak: Weak<Inner>, signal: Arc<Signal>) {
     let mut scanned_at = 0u64;
     loop {
         let every = match weak.upgrade() {
             Some(inner) => inner.cfg.policy.scan_every_versions.max(1),
             None => return,
         };
-        {
-            let mut c = signal.lock();
-            while !c.1 && c.0 < scanned_at.saturating_add(every) {
-                // The timeout only lets a mover whose store is gone (every clone and handle dropped) notice it
-                // and end; it sends no request.
-                c = signal
-                    .wake
-                    .wait_timeout(c, std::time::Duration::from_secs(1))
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-                if weak.strong_count() == 0 {
-                    return;
-                }
-            }
-            if c.1 {
-                return;
-            }
-            scanned_at = c.0;
-        }
+        let Some(v) = wait_past(&weak, &signal, scanned_at.saturating_add(every - 1)) else {
+            return;
+        };
+        scanned_at = v;
         let Some(inner) = weak.upgrade() else { return };
         // A failure is in `TierStatus::last_error` and the counters (letus-core logs nothing itself); the next
         // pass retries.
@@ -220,14 +249,18 @@ impl Inner {
             .map(|(rel, _)| rel.clone())
             .collect();
         // A hot record whose file is gone (a crash between the engine's remove and the manifest's update) is
-        // dropped, so that it never blocks the moves behind it.
+        // dropped, so that it never blocks the moves behind it. The listing is older than the lock (a pass may
+        // have recorded a consolidated replacement since), so absence is confirmed under it.
         let present: std::collections::HashSet<&str> = found.iter().map(|f| f.0.as_str()).collect();
-        let gone: Vec<String> = m
-            .files
-            .iter()
-            .filter(|(rel, f)| f.tier == Tier::Hot && !present.contains(rel.as_str()))
-            .map(|(rel, _)| rel.clone())
-            .collect();
+        let mut gone = Vec::new();
+        for (rel, f) in &m.files {
+            if f.tier == Tier::Hot && !present.contains(rel.as_str()) {
+                let path = root.join(rel);
+                if hot.kind(&path).map_err(|e| io_err(&path, e))?.is_none() {
+                    gone.push(rel.clone());
+                }
+            }
+        }
         for rel in unsealed.into_iter().chain(gone) {
             m.files.remove(&rel);
             changed = true;
@@ -246,10 +279,13 @@ impl Inner {
                 continue;
             }
             let path = self.cfg.root.join(&rel);
-            let size = hot
-                .open(&path, OpenMode::Read)
-                .and_then(|f| f.size())
-                .map_err(|e| io_err(&path, e))?;
+            // The engine removes a hot file before it takes the manifest's lock to forget it: a file listed but
+            // gone now is one it removed, not one to record.
+            let size = match hot.open(&path, OpenMode::Read).and_then(|f| f.size()) {
+                Ok(size) => size,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err(&path, e)),
+            };
             m.files.insert(
                 rel,
                 FileRecord {

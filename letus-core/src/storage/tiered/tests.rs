@@ -225,3 +225,43 @@ fn open_forgets_a_hot_record_whose_file_is_gone() {
     let m = Manifest::load(&crate::storage::Local, root.path()).unwrap();
     assert!(!m.files.contains_key("lsvps/000001.idx"));
 }
+
+/// Waits (at most 20 s: a liveness bound, not a timing) until `lsvps/<name>` is recorded; returns its record.
+fn recorded(t: &Tiered, name: &str) -> Option<FileRecord> {
+    let rel = format!("lsvps/{name}");
+    for _ in 0..2_000 {
+        if let Some(f) = t.inner.lock_manifest().files.get(&rel) {
+            return Some(f.clone());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    None
+}
+
+#[test]
+fn a_file_sealed_while_a_move_runs_is_recorded_at_once_and_ages_from_then() {
+    let (root, warm) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let t = Tiered::open(TierConfig {
+        warm_dir: Some(warm.path().to_path_buf()),
+        policy: TierPolicy {
+            warm_after_versions: Some(50),
+            scan_every_versions: 1,
+            ..TierPolicy::default()
+        },
+        ..TierConfig::new(root.path())
+    })
+    .unwrap();
+    t.start_mover();
+    let dir = root.path().join("lsvps");
+    drop(write(&t, &dir.join("000001.idx"), b"one"));
+    t.note_version(3);
+    assert_eq!(recorded(&t, "000001.idx").map(|f| f.sealed_at), Some(4));
+    // A long move holds `moving` (as a consolidation and upload do for hundreds of versions): no pass can run.
+    let pass = t.inner.lock_moving();
+    drop(write(&t, &dir.join("000002.idx"), b"two"));
+    t.note_version(10);
+    let f = recorded(&t, "000002.idx").expect("recorded while the move runs");
+    assert_eq!((f.sealed_at, f.tier), (11, Tier::Hot));
+    drop(pass);
+    t.stop_mover();
+}
