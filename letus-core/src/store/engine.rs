@@ -109,13 +109,25 @@ pub(super) struct Plan {
 impl PageSource for Engine {
     fn load(&self, tid: TrieId, id: PageId, version: Version) -> Result<Arc<Page>> {
         let key = (tid, id, version);
-        if let Some(p) = self.page_cache.get(&key) {
-            Counters::add(&self.counters.page_cache_hits, 1);
-            return Ok(p);
-        }
+        // Single-flight: readers that miss the same page at once (a parallel access list starts with all of them
+        // missing the root and the pages under it) wait for one read instead of each reading it. A load that
+        // fails drops its guard, and a waiter reads for itself. `read_page` never runs rayon work, so the
+        // thread holding a guard cannot pick up a task that waits for that same guard.
+        let guard = match self.page_cache.get_value_or_guard(&key, None) {
+            quick_cache::sync::GuardResult::Value(p) => {
+                Counters::add(&self.counters.page_cache_hits, 1);
+                return Ok(p);
+            }
+            quick_cache::sync::GuardResult::Guard(g) => Some(g),
+            quick_cache::sync::GuardResult::Timeout => None,
+        };
         Counters::add(&self.counters.page_cache_misses, 1);
         let page = Arc::new(self.read_page(tid, id, version)?);
-        self.page_cache.insert(key, page.clone());
+        match guard {
+            // A commit may have replaced the placeholder meanwhile; its page is as good as this one.
+            Some(g) => drop(g.insert(page.clone())),
+            None => self.page_cache.insert(key, page.clone()),
+        }
         Ok(page)
     }
 
