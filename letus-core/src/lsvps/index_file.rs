@@ -667,15 +667,10 @@ impl IndexFile {
         &self,
         key: &PageKey,
     ) -> Result<Option<(PageKey, Vec<u8>, Vec<(PageKey, Vec<u8>)>)>> {
-        let i = self.lookup.partition_point(|l| l.first_key <= *key);
-        if i == 0 {
-            return Ok(None);
-        }
-        let block = self.block(i - 1)?;
-        let j = block.entries.partition_point(|e| e.key <= *key);
-        let Some(e) = j.checked_sub(1).map(|j| block.entries[j]) else {
+        let Some((block, at)) = self.floor_slot(key)? else {
             return Ok(None);
         };
+        let e = block.entries[at];
         if !e.key.same_page(key) {
             return Ok(None);
         }
@@ -684,7 +679,7 @@ impl IndexFile {
         // at the BasePage of its first version). When that BasePage is in the same index block, read them all at
         // once: in the cold tier that is one GET where the head and the rest could each cost one (the rest is then
         // handed to the chain walk).
-        let mut first = j - 1;
+        let mut first = at;
         let chain_to_base = e.key.kind == PageKind::Delta
             && loop {
                 let Some(p) = first.checked_sub(1) else {
@@ -702,7 +697,7 @@ impl IndexFile {
         if !chain_to_base {
             return Ok(Some((e.key, self.read_record(&e)?, Vec::new())));
         }
-        let entries = &block.entries[first..j];
+        let entries = &block.entries[first..=at];
         let mut records = self.read_entries(entries)?;
         let head = records.pop().unwrap_or_default();
         let chain = entries.iter().map(|e| e.key).zip(records).rev().collect();
@@ -756,6 +751,11 @@ impl IndexFile {
 
     /// The greatest entry `<= key` in the whole file.
     fn floor_entry(&self, key: &PageKey) -> Result<Option<IndexEntry>> {
+        Ok(self.floor_slot(key)?.map(|(block, j)| block.entries[j]))
+    }
+
+    /// The index block holding the greatest key `<= key` and that entry's position in it.
+    fn floor_slot(&self, key: &PageKey) -> Result<Option<(Arc<IndexBlock>, usize)>> {
         // The last index block whose first key is <= key holds the floor: the next block starts above key.
         let i = self.lookup.partition_point(|l| l.first_key <= *key);
         if i == 0 {
@@ -764,7 +764,7 @@ impl IndexFile {
         let block = self.block(i - 1)?;
         let j = block.entries.partition_point(|e| e.key <= *key);
         // j >= 1: the block's first key equals the lookup's first key (checked when parsed), which is <= key.
-        Ok(j.checked_sub(1).map(|j| block.entries[j]))
+        Ok(j.checked_sub(1).map(|j| (block, j)))
     }
 
     /// All keys in order, without reading page records. Blocks already cached are used; blocks read from disk are
