@@ -51,6 +51,14 @@ pub enum Error {
         /// The oldest version the store holds.
         oldest: Version,
     },
+    /// A version below the boundary of a prune ([`crate::Store::prune`]): its pages are gone. Its digest and
+    /// history-commitment proofs still answer; reads, proofs and history at it do not.
+    Pruned {
+        /// The version asked for.
+        version: Version,
+        /// The oldest version whose state the store still holds.
+        oldest: Version,
+    },
     /// A snapshot chunk above the size the caller allows.
     ChunkTooLarge {
         /// Its encoded size so far.
@@ -132,6 +140,10 @@ impl fmt::Display for Error {
             Error::BeforeOldest { version, oldest } => write!(
                 f,
                 "version {version} is before the oldest version this store holds ({oldest})"
+            ),
+            Error::Pruned { version, oldest } => write!(
+                f,
+                "version {version} is pruned: the oldest version whose state this store holds is {oldest}"
             ),
             Error::ChunkTooLarge { bytes, limit } => write!(
                 f,

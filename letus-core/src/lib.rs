@@ -22,6 +22,7 @@ pub(crate) mod history_base;
 pub(crate) mod lsvps;
 pub mod metrics;
 pub mod options;
+pub(crate) mod prune_manifest;
 pub(crate) mod roots_log;
 pub mod storage;
 pub mod store;
@@ -35,5 +36,6 @@ pub use letus_verify as verify;
 pub use letus_verify::{Digest, Hash, Proof, TrieId, Version};
 pub use options::{MemorySplit, Options};
 pub use store::{
-    FullVerification, HistoryEntry, HistoryPage, MemoryUse, Reader, Replayed, Snapshot, Store,
+    FullVerification, HistoryEntry, HistoryPage, MemoryUse, PruneReport, Reader, Replayed,
+    Snapshot, Store,
 };

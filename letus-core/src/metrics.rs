@@ -30,6 +30,16 @@ pub struct Counters {
     pub commit_micros: AtomicU64,
     /// `get` calls.
     pub gets: AtomicU64,
+    /// Prunes that removed index files.
+    pub prunes: AtomicU64,
+    /// Index files removed by prunes.
+    pub pruned_files: AtomicU64,
+    /// Bytes of the index files removed by prunes.
+    pub pruned_bytes: AtomicU64,
+    /// Pages written to base files by prunes (the progress of a prune running).
+    pub pruned_pages: AtomicU64,
+    /// Background prunes that failed (and will be tried again).
+    pub prune_errors: AtomicU64,
 }
 
 impl Counters {
@@ -53,6 +63,11 @@ impl Counters {
             updates: self.updates.load(Relaxed),
             commit_micros: self.commit_micros.load(Relaxed),
             gets: self.gets.load(Relaxed),
+            prunes: self.prunes.load(Relaxed),
+            pruned_files: self.pruned_files.load(Relaxed),
+            pruned_bytes: self.pruned_bytes.load(Relaxed),
+            pruned_pages: self.pruned_pages.load(Relaxed),
+            prune_errors: self.prune_errors.load(Relaxed),
         }
     }
 }
@@ -73,6 +88,11 @@ pub struct Snapshot {
     pub updates: u64,
     pub commit_micros: u64,
     pub gets: u64,
+    pub prunes: u64,
+    pub pruned_files: u64,
+    pub pruned_bytes: u64,
+    pub pruned_pages: u64,
+    pub prune_errors: u64,
 }
 
 impl std::ops::Sub for Snapshot {
@@ -91,6 +111,11 @@ impl std::ops::Sub for Snapshot {
             updates: self.updates - o.updates,
             commit_micros: self.commit_micros - o.commit_micros,
             gets: self.gets - o.gets,
+            prunes: self.prunes - o.prunes,
+            pruned_files: self.pruned_files - o.pruned_files,
+            pruned_bytes: self.pruned_bytes - o.pruned_bytes,
+            pruned_pages: self.pruned_pages - o.pruned_pages,
+            prune_errors: self.prune_errors - o.prune_errors,
         }
     }
 }

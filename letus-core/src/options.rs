@@ -45,6 +45,10 @@ pub struct Options {
     /// a page costs about two read latencies instead of one per record. Off by default: on a local disk the
     /// records are read faster than threads are started.
     pub prefetch_delta_chains: bool,
+    /// Keep the state of only the newest `n` versions: after each flush, a background thread prunes the pages of
+    /// older versions ([`crate::Store::prune`]). `None` (the default) keeps every version (an archive); `Some(0)`
+    /// keeps only the latest state. The value log is not pruned by this.
+    pub keep_versions: Option<u64>,
     /// Where the store's files live: the local file system ([`crate::storage::local`]) unless a test or an
     /// embedder passes another backend, such as [`crate::storage::faulty::Faulty`].
     pub storage: crate::storage::SharedStorage,
@@ -66,6 +70,7 @@ impl Default for Options {
             max_value_bytes: 16 << 20,
             read_threads: 32,
             prefetch_delta_chains: false,
+            keep_versions: None,
             storage: crate::storage::local(),
         }
     }

@@ -28,6 +28,10 @@ impl Shared {
         if generation > 0 {
             return Ok(None);
         }
+        let _one_at_a_time = self
+            .maintenance
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let (file, lower, dir, counters, block_cache) = {
             let e = self.engine();
             let Some(i) = e

@@ -57,6 +57,8 @@ pub(super) struct Engine {
     pub(super) tombstones: Tombstones,
     /// `None` only while `open` rebuilds the table of a store written without the log.
     pub(super) tombstone_log: Option<TombstoneLog>,
+    /// Versions below this one are pruned (`prune_manifest`): their pages are gone.
+    pub(super) pruned_below: Option<Version>,
     /// Trie-update and publish time of the commits since the last flush: what a recovery would replay
     /// ([`Options::max_replay_millis`]).
     pub(super) unflushed_work: std::time::Duration,
@@ -402,11 +404,20 @@ impl Engine {
         }
     }
 
+    /// `Pruned` for a version whose pages a prune removed (its digest and history proofs still answer).
+    pub(super) fn check_not_pruned(&self, version: Version) -> Result<()> {
+        match self.pruned_below {
+            Some(oldest) if version < oldest => Err(Error::Pruned { version, oldest }),
+            _ => Ok(()),
+        }
+    }
+
     pub(super) fn root_page(&self, tid: TrieId, version: Version) -> Result<Arc<Page>> {
         if self.versions.last().is_none_or(|l| *l < version) {
             return Err(Error::VersionNotFound(version));
         }
         self.check_not_before_oldest(version)?;
+        self.check_not_pruned(version)?;
         let t = self.tries.get(&tid).ok_or(Error::UnknownTrie(tid))?;
         let i = t.index_at(version).ok_or(Error::UnknownTrie(tid))?;
         let pv = *t.page_versions.get(i).ok_or(Error::UnknownTrie(tid))?;

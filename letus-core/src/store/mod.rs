@@ -110,12 +110,14 @@ macro_rules! read_api {
 mod bulk;
 mod consolidate;
 mod engine;
+mod prune;
 mod snapshot;
 mod state_sync;
 mod trie_state;
 mod view;
 
 use engine::*;
+pub use prune::PruneReport;
 use snapshot::*;
 pub use snapshot::{Reader, Snapshot};
 pub use state_sync::{KeyChange, SNAPSHOT_TOP_DEPTH};
@@ -189,6 +191,8 @@ pub struct Store {
     vdls: Vdls,
     staged: Staged,
     poisoned: bool,
+    /// Dropped (and joined) before the lock: it writes in the store's directory.
+    pruner: Option<prune::Pruner>,
     _lock: crate::storage::LockGuard,
 }
 
@@ -223,17 +227,67 @@ impl Store {
         let lsvps_dir = dir.join("lsvps");
         fs.create_dir_all(&lsvps_dir)
             .map_err(|e| Error::io(&lsvps_dir, e))?;
+        // A prune's manifest names its base file and the boundary (FORMAT.md §2.9): files numbered below the base
+        // are what the prune replaced, a staged base file it names is renamed into place, one it does not name is
+        // a prune that never reached its commit point.
+        let pruned = crate::prune_manifest::read(&*fs, &dir)?;
         let mut numbered = Vec::new();
+        let mut renamed = false;
         for name in fsutil::list(&*fs, &lsvps_dir)? {
             let path = lsvps_dir.join(&name);
             if name.ends_with(".tmp") {
                 fsutil::remove_file(&*fs, &path)?;
                 continue;
             }
+            if let Some((no, generation)) = prune::parse_staged_name(&name) {
+                if pruned.is_some_and(|m| (m.base_no, m.base_generation) == (no, generation)) {
+                    let fin = lsvps_dir.join(crate::lsvps::index_file_name(no, generation));
+                    fsutil::rename(&*fs, &path, &fin)?;
+                    renamed = true;
+                    numbered.push((no, generation, fin));
+                } else {
+                    fsutil::remove_file(&*fs, &path)?;
+                }
+                continue;
+            }
             if let Some((no, generation)) = crate::lsvps::parse_index_file_name(&name) {
                 numbered.push((no, generation, path));
             }
         }
+        if renamed {
+            sync_dir(&*fs, &lsvps_dir)?;
+        }
+        let first_no = match pruned {
+            Some(m) => {
+                let mut replaced = Vec::new();
+                numbered.retain(|(no, generation, path)| {
+                    let keep =
+                        *no > m.base_no || (*no == m.base_no && *generation == m.base_generation);
+                    if !keep {
+                        replaced.push(path.clone());
+                    }
+                    keep
+                });
+                for path in replaced {
+                    fsutil::remove_file(&*fs, &path)?;
+                }
+                if !numbered
+                    .iter()
+                    .any(|(no, g, _)| (*no, *g) == (m.base_no, m.base_generation))
+                {
+                    return Err(Error::corrupt(
+                        &lsvps_dir,
+                        0,
+                        format!(
+                            "the base file {} that the prune manifest names is missing",
+                            crate::lsvps::index_file_name(m.base_no, m.base_generation)
+                        ),
+                    ));
+                }
+                m.base_no
+            }
+            None => 1,
+        };
         // Of two generations of one file the newer replaces the older (a consolidation whose removal of the old
         // one did not happen before a crash): both are whole, the newer holds every record of the older.
         numbered.sort();
@@ -254,13 +308,13 @@ impl Store {
             // Flushes number their files 1, 2, 3, ... (a flush that never finished leaves only a `.tmp`, and its
             // number is used again), and each file holds the versions after the previous one's: a gap or an
             // overlap means a file was lost or put back, and its versions would be looked up in the wrong file.
-            if *no != i as u64 + 1 {
+            if *no != i as u64 + first_no {
                 return Err(Error::corrupt(
                     &lsvps_dir,
                     0,
                     format!(
                         "index file {:06}.idx is missing (the next one present is {no:06}.idx)",
-                        i + 1
+                        i as u64 + first_no
                     ),
                 ));
             }
@@ -284,6 +338,15 @@ impl Store {
                 }
             }
             files.push(Arc::new(file));
+        }
+        if let Some(m) = pruned {
+            if files.first().map(|f| f.meta().max_version) != Some(m.boundary) {
+                return Err(Error::corrupt(
+                    dir.join(crate::prune_manifest::FILE_NAME),
+                    0,
+                    "the prune boundary is not the last version of the base file",
+                ));
+            }
         }
         let flushed = files.last().map(|f| f.meta().max_version);
         let replay_from = files.last().map_or(Position::START, |f| Position {
@@ -345,6 +408,7 @@ impl Store {
             roots_log,
             tombstones,
             tombstone_log,
+            pruned_below: pruned.map(|m| m.boundary),
             unflushed_work: std::time::Duration::ZERO,
         };
 
@@ -461,7 +525,8 @@ impl Store {
             .thread_name(|i| format!("letus-read-{i}"))
             .build()
             .map_err(|e| Error::io(&dir, std::io::Error::other(e)))?;
-        Ok(Store {
+        let keep_versions = engine.opts.keep_versions;
+        let mut store = Store {
             limits: engine.opts.clone(),
             replayed: Replayed {
                 versions: replayed.0,
@@ -473,12 +538,21 @@ impl Store {
                 engine: RwLock::new(engine),
                 vdls: vdls.reader().clone(),
                 read_pool,
+                maintenance: std::sync::Mutex::new(()),
             }),
             vdls,
             staged: BTreeMap::new(),
             poisoned: false,
+            pruner: None,
             _lock: lock,
-        })
+        };
+        if let Some(keep) = keep_versions {
+            let pruner = prune::Pruner::start(&store.shared, keep)?;
+            // A store opened with a window it is already past prunes at once.
+            pruner.wake();
+            store.pruner = Some(pruner);
+        }
+        Ok(store)
     }
 
     read_api!();
@@ -552,6 +626,8 @@ impl Store {
             .unwrap_or_else(PoisonError::into_inner)
             .finish_flush();
         self.poisoned = true;
+        // A prune running writes in the directory too; it ends first.
+        self.pruner = None;
         self._lock = Box::new(());
         *self = Store::open(&self.dir, self.limits.clone())?;
         Ok(())
@@ -624,6 +700,9 @@ impl Store {
             self.poisoned = true;
         }
         let digests = result?;
+        if let Some(p) = &self.pruner {
+            p.wake();
+        }
         Counters::add(&self.counters.commits, 1);
         Counters::add(&self.counters.updates, updates);
         Counters::add(

@@ -8,6 +8,9 @@ pub(super) struct Shared {
     pub(super) vdls: VdlsReader,
     /// The pool `get_many` issues its reads on (see [`Options::read_threads`]).
     pub(super) read_pool: rayon::ThreadPool,
+    /// Held by what replaces index files (consolidations, prunes), so that one never replaces a file another is
+    /// rewriting.
+    pub(super) maintenance: std::sync::Mutex<()>,
 }
 
 impl Shared {

@@ -397,6 +397,17 @@ impl View<'_> {
         limit: usize,
     ) -> Result<HistoryPage> {
         let path = KeyPath::of(key);
+        // Of a pruned store: the entries above the boundary, then the one that holds the key's state at it (a
+        // write at or below it); older entries are pruned history.
+        let boundary = self.engine.pruned_below;
+        if let (Some(u), Some(b)) = (before, boundary) {
+            if u <= b {
+                return Err(Error::Pruned {
+                    version: u,
+                    oldest: b,
+                });
+            }
+        }
         let start = match before {
             // From the key's state at the engine's newest version; a snapshot pinned below it skips the entries
             // written after its version (few: only those since the snapshot was taken).
@@ -433,7 +444,12 @@ impl View<'_> {
                 next: None,
             });
         };
-        let recs = self.vdls.history(start, limit)?;
+        let mut recs = self.vdls.history(start, limit)?;
+        if let Some(b) = boundary {
+            if let Some(i) = recs.iter().position(|(_, r)| r.version() <= b) {
+                recs.truncate(i + 1);
+            }
+        }
         let more = recs.last().is_some_and(|(_, r)| r.prev().is_some());
         let mut entries = Vec::with_capacity(recs.len());
         for (loc, rec) in recs {

@@ -1,0 +1,441 @@
+//! Pruning the pages of old versions: the index files of every version up to a boundary `B` are replaced, as a
+//! whole, by one **base file** holding the pages of version `B` (FORMAT.md §2.9).
+//!
+//! Why this is enough: a read at a version `v >= B` only ever needs, of the records of versions `<= B`, the newest
+//! record at or below `B` of each page reachable at `B`.
+//! - A parent at `v` names a child page by its version `c`. If `c <= B`, the child did not change in `(c, v]`, so it
+//!   existed unchanged at `B` (a page that goes away and comes back starts again with a BasePage at a new
+//!   version), hence is reachable at `B`, and its newest record at or below `B` is its newest at or below `c`.
+//! - A record of a version above `B` whose predecessor is at or below `B` names the page's newest record at or
+//!   below `B` (a predecessor is the page's record just before).
+//!
+//! The base file keeps each of those records under its key, so both kinds of lookup find it where they did: a
+//! BasePage is copied as it is; a DeltaPage `D` at `(page, p)` becomes a BasePage at `(page, p, Base)` holding the
+//! page as of `p` and `D` with that BasePage as its predecessor (entries unchanged), as a consolidation does
+//! (FORMAT.md §2.8). Nothing that is hashed changes, so every root, proof and digest at `v >= B` is the same.
+//!
+//! The cost is one walk of the state at `B` (its pages, not its values) and one file written, whatever the number
+//! of versions pruned; the files replaced are deleted whole. The boundary is always the last version of an index
+//! file, so versions kept are at least those asked for.
+//!
+//! Order of writes (the crash argument is in FORMAT.md §2.9): the base file is written as `NNNNNN.G.prune.tmp`,
+//! fsynced, renamed to `NNNNNN.G.prune` (directory fsynced); the prune manifest naming it is written (the commit
+//! point); it is renamed to `NNNNNN.G.idx` (directory fsynced); the engine swaps it in under its write lock;
+//! the replaced files are deleted.
+
+use super::*;
+use crate::prune_manifest::{self, PruneManifest};
+
+/// What one prune did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PruneReport {
+    /// The oldest version whose state the store now holds: versions below it answer [`Error::Pruned`].
+    pub boundary: Version,
+    /// Index files replaced by the base file.
+    pub files_removed: u64,
+    /// Their bytes on disk.
+    pub bytes_removed: u64,
+    /// The base file's bytes.
+    pub base_bytes: u64,
+    /// Pages written to the base file (every page of every trie at the boundary).
+    pub pages: u64,
+}
+
+impl PruneReport {
+    /// Bytes the prune gave back (the replaced files less the base file; negative is possible only for a store
+    /// whose files held little history).
+    pub fn bytes_reclaimed(&self) -> i64 {
+        self.bytes_removed as i64 - self.base_bytes as i64
+    }
+}
+
+/// How many pages a base-file walk handles per hold of the engine: small, so that a commit waiting to publish
+/// waits for little.
+const PAGES_PER_HOLD: usize = 64;
+
+impl Shared {
+    /// Prunes every version older than the newest `keep` ones (see the module): `keep = 0` keeps only the state
+    /// of the newest flushed version. Returns `None` when no index file lies wholly below that, or the store is
+    /// pruned that far already. `progress` gets the number of pages written so far.
+    pub(super) fn prune(
+        &self,
+        keep: u64,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Option<PruneReport>> {
+        let _one_at_a_time = self
+            .maintenance
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (replaced, boundary, roots, dir, counters, block_cache, meta_from) = {
+            let e = self.engine();
+            let Some(&latest) = e.versions.last() else {
+                return Ok(None);
+            };
+            let target = latest.saturating_sub(keep);
+            let n = e.files.partition_point(|f| f.meta().max_version <= target);
+            let Some(last) = n.checked_sub(1).map(|i| &e.files[i]) else {
+                return Ok(None);
+            };
+            let boundary = last.meta().max_version;
+            if e.pruned_below.is_some_and(|b| b >= boundary) {
+                return Ok(None);
+            }
+            let roots: Vec<(TrieId, Version)> = e
+                .tries
+                .iter()
+                .filter_map(|(tid, t)| {
+                    let i = t.index_at(boundary)?;
+                    Some((*tid, *t.page_versions.get(i)?))
+                })
+                .collect();
+            (
+                e.files[..n].to_vec(),
+                boundary,
+                roots,
+                e.dir.clone(),
+                e.counters.clone(),
+                e.block_cache.clone(),
+                *last.meta(),
+            )
+        };
+        let last = replaced.last().ok_or(Error::Poisoned)?;
+        let last_name = last
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let (no, generation) =
+            crate::lsvps::parse_index_file_name(&last_name).ok_or_else(|| {
+                Error::corrupt(last.path(), 0, "an index file with an unexpected name")
+            })?;
+        let base_generation = generation + 1;
+        let lsvps = dir.join("lsvps");
+        let fin = lsvps.join(crate::lsvps::index_file_name(no, base_generation));
+        let staged = lsvps.join(staged_name(no, base_generation));
+        let tmp = lsvps.join(format!("{}.tmp", staged_name(no, base_generation)));
+        let fs = block_cache.shared_storage();
+        for stale in [&tmp, &staged] {
+            if fs.kind(stale).map_err(|e| Error::io(stale, e))?.is_some() {
+                fsutil::remove_file(&*fs, stale)?;
+            }
+        }
+
+        let written = self.write_base(&roots, boundary, meta_from, &tmp, &counters, &fs, progress);
+        let (meta, pages) = match written {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = fs.remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        fsutil::rename(&*fs, &tmp, &staged)?;
+        sync_dir(&*fs, &lsvps)?;
+        // The commit point: from here an open finishes the prune.
+        prune_manifest::write(
+            &*fs,
+            &dir,
+            &PruneManifest {
+                boundary,
+                base_no: no,
+                base_generation,
+            },
+        )?;
+        fsutil::rename(&*fs, &staged, &fin)?;
+        sync_dir(&*fs, &lsvps)?;
+        let base = Arc::new(IndexFile::open(
+            &fin,
+            crate::lsvps::cache_id(no, base_generation),
+            counters.clone(),
+            block_cache,
+        )?);
+        if base.meta().max_version != meta.max_version {
+            return Err(Error::corrupt(&fin, 0, "the base file's versions differ"));
+        }
+        let base_bytes = base.size();
+        {
+            let mut e = self.engine.write().map_err(|_| Error::Poisoned)?;
+            // Flushes only append files, and consolidations and prunes hold `maintenance`.
+            let same = e.files.len() >= replaced.len()
+                && e.files
+                    .iter()
+                    .zip(&replaced)
+                    .all(|(a, b)| Arc::ptr_eq(a, b));
+            if !same {
+                return Err(Error::corrupt(
+                    &lsvps,
+                    0,
+                    "the index files changed while a prune ran",
+                ));
+            }
+            e.files.splice(..replaced.len(), [base]);
+            e.pruned_below = Some(boundary);
+        }
+        let mut bytes_removed = 0;
+        for f in &replaced {
+            f.evict_from_cache();
+            bytes_removed += f.size();
+        }
+        let paths: Vec<PathBuf> = replaced.iter().map(|f| f.path().to_path_buf()).collect();
+        let files_removed = paths.len() as u64;
+        drop(replaced);
+        for p in &paths {
+            fsutil::remove_file(&*fs, p)?;
+        }
+        sync_dir(&*fs, &lsvps)?;
+        Counters::add(&counters.prunes, 1);
+        Counters::add(&counters.pruned_files, files_removed);
+        Counters::add(&counters.pruned_bytes, bytes_removed);
+        Counters::add(&counters.bytes_written, base_bytes);
+        Ok(Some(PruneReport {
+            boundary,
+            files_removed,
+            bytes_removed,
+            base_bytes,
+            pages,
+        }))
+    }
+
+    /// Writes the base file of `boundary` to `tmp` (fsynced by `finish`): for each trie, its pages level by level
+    /// (a level's pages in prefix order, so the keys come in file order) with the newest record of each at or below
+    /// `boundary`. Returns its meta and the number of pages.
+    #[allow(clippy::too_many_arguments)]
+    fn write_base(
+        &self,
+        roots: &[(TrieId, Version)],
+        boundary: Version,
+        meta_from: FileMeta,
+        tmp: &Path,
+        counters: &Arc<Counters>,
+        fs: &crate::storage::SharedStorage,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(FileMeta, u64)> {
+        let mut w = IndexFileWriter::create(fs, tmp, counters.clone())?;
+        let (mut records, mut pages, mut min_version) = (0u64, 0u64, boundary);
+        for &(tid, root_version) in roots {
+            let mut level = vec![(PageId::ROOT, root_version)];
+            while !level.is_empty() {
+                let mut next = Vec::new();
+                for batch in level.chunks(PAGES_PER_HOLD) {
+                    let e = self.engine();
+                    for &(id, version) in batch {
+                        let page = ScanSource(&e).load(tid, id, version)?;
+                        for (slot, cell) in page.cells() {
+                            if let Cell::Page { version, .. } = cell {
+                                let (c, g) = trie::slot_nibbles(*slot);
+                                next.push((id.child(c, g), *version));
+                            }
+                        }
+                        for (key, bytes) in base_records(&e, tid, id, version, &page)? {
+                            min_version = min_version.min(key.version);
+                            w.add(&key, &bytes)?;
+                            records += 1;
+                        }
+                        pages += 1;
+                    }
+                    drop(e);
+                    Counters::add(&counters.pruned_pages, batch.len() as u64);
+                    progress(pages);
+                }
+                level = next;
+            }
+        }
+        let meta = FileMeta {
+            min_version: min_version.min(meta_from.min_version),
+            max_version: boundary,
+            replay_from: meta_from.replay_from,
+            records,
+        };
+        w.finish(&meta)?;
+        Ok((meta, pages))
+    }
+}
+
+/// The records of page `id` (whose state at `version`, its newest at or below the boundary, is `page`) that the
+/// base file holds, in key order: its newest record at or below `version`, a BasePage as it is, a DeltaPage `D` at
+/// `p` as a BasePage of the page at `p` followed by `D` pointing at it.
+fn base_records(
+    e: &Engine,
+    tid: TrieId,
+    id: PageId,
+    version: Version,
+    page: &Page,
+) -> Result<Vec<(PageKey, Vec<u8>)>> {
+    let probe = PageKey::new(tid, id, version, PageKind::Delta);
+    let (key, bytes, path, _) = e.floor(&probe)?.ok_or_else(|| {
+        Error::corrupt(
+            e.dir.join("lsvps"),
+            0,
+            format!("page {id:?} of trie {tid} has no record at version {version}"),
+        )
+    })?;
+    if key.tid != tid || key.page != id {
+        return Err(Error::corrupt(
+            &path,
+            0,
+            format!("page {id:?} of trie {tid} has no record at version {version}"),
+        ));
+    }
+    match PageRecord::decode(&bytes).map_err(|w| Error::corrupt(&path, 0, w))? {
+        PageRecord::Base { .. } => Ok(vec![(key, bytes)]),
+        PageRecord::Delta {
+            first_version,
+            since_base,
+            entries,
+            ..
+        } => {
+            let at_first;
+            let first = if key.version == version {
+                page
+            } else {
+                at_first = e.read_page(tid, id, key.version)?;
+                &at_first
+            };
+            let base = page::encode_base(key.version, 0, first.cells());
+            let delta = page::encode_delta(
+                first_version,
+                since_base,
+                Some((key.version, PageKind::Base)),
+                &entries,
+            );
+            Ok(vec![
+                (
+                    PageKey {
+                        kind: PageKind::Base,
+                        ..key
+                    },
+                    base,
+                ),
+                (key, delta),
+            ])
+        }
+    }
+}
+
+/// The name of a base file between its write and the manifest that commits it (FORMAT.md §2.9).
+pub(super) fn staged_name(no: u64, generation: u32) -> String {
+    format!("{no:06}.{generation}.prune")
+}
+
+/// `(number, generation)` of a staged base file's name.
+pub(super) fn parse_staged_name(name: &str) -> Option<(u64, u32)> {
+    let rest = name.strip_suffix(".prune")?;
+    let (no, generation) = rest.split_once('.')?;
+    if no.len() != 6 || !no.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let generation: u32 = generation.parse().ok()?;
+    (generation > 0 && staged_name(no.parse().ok()?, generation) == name)
+        .then(|| Some((no.parse().ok()?, generation)))
+        .flatten()
+}
+
+impl Reader {
+    /// Prunes the pages of every version older than the newest `keep` (see [`Store::prune`]); runs beside
+    /// commits and reads, holding the engine exclusively only to swap the files.
+    pub fn prune(&self, keep: u64) -> Result<Option<PruneReport>> {
+        self.shared.prune(keep, &mut |_| {})
+    }
+
+    /// [`Reader::prune`] calling `progress` with the pages written so far.
+    pub fn prune_with_progress(
+        &self,
+        keep: u64,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Option<PruneReport>> {
+        self.shared.prune(keep, progress)
+    }
+
+    /// The oldest version whose state the store holds after pruning (`None`: never pruned).
+    pub fn pruned_below(&self) -> Option<Version> {
+        self.shared.engine().pruned_below
+    }
+}
+
+impl Store {
+    /// Prunes the pages of every version older than the newest `keep`: afterwards reads, proofs and history at
+    /// a version below the boundary (the last version of the newest index file at or below `latest - keep`) answer
+    /// [`Error::Pruned`]; at and above it everything is as before, byte for byte. Digests and history-commitment
+    /// proofs of every version still answer. The space of the index files below the boundary comes back; the
+    /// value log is not pruned by this. `None` when there is nothing to prune.
+    pub fn prune(&self, keep: u64) -> Result<Option<PruneReport>> {
+        self.shared.prune(keep, &mut |_| {})
+    }
+
+    /// The oldest version whose state the store holds after pruning (`None`: never pruned).
+    pub fn pruned_below(&self) -> Option<Version> {
+        self.shared.engine().pruned_below
+    }
+}
+
+/// The background pruner of [`Options::keep_versions`]: woken after every commit, it prunes when an index file
+/// lies wholly below the window (most wake-ups find nothing to do, which costs two lock acquisitions). It holds
+/// the store weakly; the store joins it when dropped, before its directory lock is released.
+pub(super) struct Pruner {
+    wake: Option<std::sync::mpsc::SyncSender<()>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Pruner {
+    pub(super) fn start(shared: &Arc<Shared>, keep: u64) -> Result<Pruner> {
+        let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+        let weak = Arc::downgrade(shared);
+        let handle = std::thread::Builder::new()
+            .name("letus-prune".into())
+            .spawn(move || {
+                while woken.recv().is_ok() {
+                    let Some(shared) = weak.upgrade() else {
+                        return;
+                    };
+                    if shared.prune(keep, &mut |_| {}).is_err() {
+                        // Nothing was lost: a failed prune leaves the files it would have replaced (FORMAT.md
+                        // §2.9). The next commit wakes it to try again.
+                        Counters::add(&shared.engine().counters.prune_errors, 1);
+                    }
+                }
+            })
+            .map_err(|e| Error::io("letus-prune", e))?;
+        Ok(Pruner {
+            wake: Some(wake),
+            handle: Some(handle),
+        })
+    }
+
+    pub(super) fn wake(&self) {
+        if let Some(w) = &self.wake {
+            let _ = w.try_send(());
+        }
+    }
+}
+
+impl Drop for Pruner {
+    fn drop(&mut self) {
+        drop(self.wake.take());
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staged_names_round_trip_and_others_do_not_parse() {
+        assert_eq!(staged_name(12, 1), "000012.1.prune");
+        assert_eq!(parse_staged_name("000012.1.prune"), Some((12, 1)));
+        assert_eq!(parse_staged_name("000012.3.prune"), Some((12, 3)));
+        for bad in [
+            "000012.0.prune",
+            "000012.prune",
+            "12.1.prune",
+            "000012.01.prune",
+            "000012.1.prune.tmp",
+            "000012.1.idx",
+            "00001a.1.prune",
+        ] {
+            assert_eq!(parse_staged_name(bad), None, "{bad}");
+        }
+    }
+}

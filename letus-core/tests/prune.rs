@@ -1,0 +1,356 @@
+//! Pruning the pages of old versions (FORMAT.md §2.9), against an archive store fed the same commits:
+//! - at and above the boundary, every value, proof (present and absent keys), digest, history page and full
+//!   verification is identical to the archive's, before and after reopening, and while commits go on after it;
+//! - below it, reads, proofs and verification answer `Pruned` naming the boundary; digests and history-commitment
+//!   proofs still answer, identical to the archive's;
+//! - the index files below the boundary are gone from the disk;
+//! - a power cut at every mutation of a prune loses nothing: the store reopens either pruned or not, and reads
+//!   as the archive at every version it still holds;
+//! - with `Options::keep_versions` the store prunes itself after its flushes.
+//!
+//! Memory budgets are tiny, so pages are evicted and read back from the base file constantly.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::{small_options, Rng};
+use letus_core::storage::faulty::{Fault, Faulty};
+use letus_core::storage::{local, SharedStorage};
+use letus_core::{Error, Options, Store};
+
+const TRIES: [u32; 2] = [0, 3];
+const KEYS: u64 = 600;
+
+fn opts(storage: SharedStorage) -> Options {
+    Options {
+        storage,
+        // A flush every few commits: many index files to prune.
+        memtable_bytes: 12 * 1024,
+        read_threads: 2,
+        ..small_options()
+    }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("acct-{i:05}").into_bytes()
+}
+
+/// The writes of version `v` (the same for every seed-`seed` run): puts of new and old keys, deletes, in both tries.
+fn writes(seed: u64, v: u64) -> Vec<(u32, Vec<u8>, Option<Vec<u8>>)> {
+    let mut rng = Rng::new(seed * 1_000_003 + v);
+    let n = 5 + rng.below(30);
+    let mut w = BTreeMap::new();
+    if v == 1 {
+        for tid in TRIES {
+            w.insert((tid, key(0)), Some(b"first".to_vec()));
+        }
+    }
+    for _ in 0..n {
+        let tid = TRIES[rng.below(2) as usize];
+        let k = key(rng.below(KEYS));
+        let val = if rng.chance(15) {
+            None
+        } else {
+            Some(rng.bytes(40))
+        };
+        w.insert((tid, k), val);
+    }
+    w.into_iter().map(|((t, k), v)| (t, k, v)).collect()
+}
+
+fn commit(s: &mut Store, seed: u64, v: u64) -> letus_core::Result<()> {
+    for (tid, k, val) in writes(seed, v) {
+        match val {
+            Some(val) => s.put(tid, &k, &val)?,
+            None => s.delete(tid, &k)?,
+        }
+    }
+    s.commit(v).map(drop)
+}
+
+/// The keys a comparison reads: a sample that includes keys never written (absent everywhere).
+fn probe_keys() -> Vec<Vec<u8>> {
+    (0..KEYS + 20).step_by(7).map(key).collect()
+}
+
+/// Checks store `p` against archive `a` at every version up to `latest`.
+fn compare(a: &Store, p: &Store, latest: u64) {
+    let boundary = p.pruned_below().unwrap_or(1);
+    let keys = probe_keys();
+    for v in 1..=latest {
+        for tid in TRIES {
+            // Digests of every version, pruned or not.
+            assert_eq!(
+                p.digest(tid, v).unwrap(),
+                a.digest(tid, v).unwrap(),
+                "digest {tid}@{v}"
+            );
+            if v >= 2 {
+                assert_eq!(
+                    p.history_consistency_proof(tid, v - 1, v).unwrap(),
+                    a.history_consistency_proof(tid, v - 1, v).unwrap()
+                );
+                assert_eq!(
+                    p.history_inclusion_proof(tid, 1, v).unwrap(),
+                    a.history_inclusion_proof(tid, 1, v).unwrap()
+                );
+            }
+            if v < boundary {
+                for k in keys.iter().take(3) {
+                    match p.get(tid, v, k) {
+                        Err(Error::Pruned { version, oldest }) => {
+                            assert_eq!((version, oldest), (v, boundary))
+                        }
+                        other => panic!("get {tid}@{v} below {boundary}: {other:?}"),
+                    }
+                    assert!(matches!(p.get_proof(tid, v, k), Err(Error::Pruned { .. })));
+                }
+                continue;
+            }
+            for k in &keys {
+                assert_eq!(
+                    p.get(tid, v, k).unwrap(),
+                    a.get(tid, v, k).unwrap(),
+                    "{tid}@{v}"
+                );
+                assert_eq!(
+                    p.get_proof(tid, v, k).unwrap(),
+                    a.get_proof(tid, v, k).unwrap(),
+                    "proof {tid}@{v}"
+                );
+            }
+            let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+            assert_eq!(
+                p.get_multi_proof(tid, v, &refs).unwrap(),
+                a.get_multi_proof(tid, v, &refs).unwrap()
+            );
+        }
+    }
+    for tid in TRIES {
+        let d = a.digest(tid, latest).unwrap();
+        let full = p.verify_full(tid, latest, &d.root).unwrap();
+        assert_eq!(full, a.verify_full(tid, latest, &d.root).unwrap());
+        let d = a.digest(tid, boundary).unwrap();
+        p.verify_full(tid, boundary, &d.root).unwrap();
+        if boundary > 1 {
+            let d = a.digest(tid, boundary - 1).unwrap();
+            assert!(matches!(
+                p.verify_full(tid, boundary - 1, &d.root),
+                Err(Error::Pruned { .. })
+            ));
+        }
+    }
+}
+
+fn index_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir.join("lsvps"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".idx"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn lsvps_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir.join("lsvps"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
+}
+
+#[test]
+fn a_pruned_store_reads_as_the_archive_at_every_version_it_keeps() {
+    let (da, dp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = Store::open(da.path(), opts(local())).unwrap();
+    let mut p = Store::open(dp.path(), opts(local())).unwrap();
+    let seed = 7;
+    let mut boundaries = Vec::new();
+    for v in 1..=240 {
+        commit(&mut a, seed, v).unwrap();
+        commit(&mut p, seed, v).unwrap();
+        // Prunes at several points, with different windows; commits go on after each.
+        if let Some(keep) = match v {
+            60 => Some(30),
+            110 => Some(10),
+            111 => Some(10),
+            170 => Some(0),
+            _ => None,
+        } {
+            let bytes = lsvps_bytes(dp.path());
+            let r = p.prune(keep).unwrap().expect("something to prune");
+            assert!(r.boundary <= v - keep, "{r:?}");
+            assert!(r.files_removed >= 1);
+            // The replaced files are gone: the base file is the lowest-numbered one left (a background flush may
+            // have added a file meanwhile).
+            let after = index_files(dp.path());
+            let numbers: Vec<u64> = after.iter().map(|n| n[..6].parse().unwrap()).collect();
+            assert!(
+                after[0].contains('.') && after[0].matches('.').count() == 2,
+                "{after:?}"
+            );
+            assert!(numbers.windows(2).all(|w| w[0] + 1 == w[1]), "{after:?}");
+            if v == 60 {
+                // The first prune replaces sixty versions of history with one copy of the state.
+                assert!(r.bytes_reclaimed() > 0, "{r:?}");
+                assert!(lsvps_bytes(dp.path()) < bytes);
+            }
+            assert_eq!(p.pruned_below(), Some(r.boundary));
+            boundaries.push(r.boundary);
+            compare(&a, &p, v);
+        }
+        // Pruning again to the same place does nothing.
+        if v == 111 {
+            assert_eq!(p.prune(10).unwrap(), None);
+        }
+    }
+    assert!(boundaries.windows(2).all(|w| w[0] < w[1]), "{boundaries:?}");
+    compare(&a, &p, 240);
+
+    // History: the entries above the boundary, then the one that holds the key's state at the boundary; asking
+    // for older ones answers `Pruned`.
+    let boundary = p.pruned_below().unwrap();
+    for k in probe_keys().iter().take(40) {
+        for tid in TRIES {
+            let full = a.history(tid, k, None, 10_000).unwrap().entries;
+            let mut got = Vec::new();
+            let mut before = None;
+            loop {
+                match p.history(tid, k, before, 3) {
+                    Ok(page) => {
+                        got.extend(page.entries);
+                        match page.next {
+                            Some(n) => before = Some(n),
+                            None => break,
+                        }
+                    }
+                    Err(Error::Pruned { oldest, .. }) => {
+                        assert_eq!(oldest, boundary);
+                        break;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            let kept = full.iter().take_while(|e| e.version > boundary).count();
+            let expected = &full[..(kept + 1).min(full.len())];
+            assert_eq!(
+                got, expected,
+                "history of {tid}/{k:?} with boundary {boundary}"
+            );
+        }
+    }
+
+    drop(p);
+    let p = Store::open(dp.path(), opts(local())).unwrap();
+    assert_eq!(p.pruned_below(), Some(boundary));
+    compare(&a, &p, 240);
+}
+
+#[test]
+fn keep_versions_prunes_in_the_background_after_flushes() {
+    let (da, dp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = Store::open(da.path(), opts(local())).unwrap();
+    let keep = 20;
+    let popts = Options {
+        keep_versions: Some(keep),
+        ..opts(local())
+    };
+    let mut p = Store::open(dp.path(), popts.clone()).unwrap();
+    let seed = 11;
+    for v in 1..=200 {
+        commit(&mut a, seed, v).unwrap();
+        commit(&mut p, seed, v).unwrap();
+    }
+    // The pruner runs beside the commits; give it a moment to finish the last one it was woken for.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while p.pruned_below().is_none_or(|b| b < 150) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let b = p.pruned_below().expect("the pruner pruned");
+    assert!((150..=200 - keep).contains(&b), "boundary {b}");
+    assert!(p.metrics().prunes >= 2, "{:?}", p.metrics());
+    assert_eq!(p.metrics().prune_errors, 0);
+    // Whatever the pruner still had to do is done once a prune finds nothing (prunes take turns): the boundary
+    // no longer moves while the comparison reads it.
+    while p.prune(keep).unwrap().is_some() {}
+    compare(&a, &p, 200);
+    drop(p);
+    let p = Store::open(dp.path(), popts).unwrap();
+    compare(&a, &p, 200);
+}
+
+/// A power cut at every mutation of one prune: after the crash the store opens, is pruned at the old boundary or
+/// the new one, and reads as the archive at every version it holds; commits go on.
+#[test]
+fn a_power_cut_anywhere_in_a_prune_loses_nothing() {
+    let seed = 5;
+    let versions = 90;
+    let da = tempfile::tempdir().unwrap();
+    let mut a = Store::open(da.path(), opts(local())).unwrap();
+    for v in 1..=versions + 5 {
+        commit(&mut a, seed, v).unwrap();
+    }
+    // The store before the prune, built once and copied for each schedule.
+    let template = tempfile::tempdir().unwrap();
+    {
+        let mut s = Store::open(template.path(), opts(local())).unwrap();
+        for v in 1..=versions {
+            commit(&mut s, seed, v).unwrap();
+        }
+        // A first prune, so that a cut in the second one has an old manifest and an old base file to keep.
+        s.prune(60).unwrap().unwrap();
+        s.close().unwrap();
+    }
+    let copy = |to: &Path| {
+        for sub in ["", "lsvps", "vdls"] {
+            std::fs::create_dir_all(to.join(sub)).unwrap();
+            for e in std::fs::read_dir(template.path().join(sub)).unwrap() {
+                let e = e.unwrap();
+                if e.file_type().unwrap().is_file() {
+                    std::fs::copy(e.path(), to.join(sub).join(e.file_name())).unwrap();
+                }
+            }
+        }
+    };
+    // Mutations of the prune alone, to aim the cuts.
+    let mutations = {
+        let d = tempfile::tempdir().unwrap();
+        copy(d.path());
+        let fs = Faulty::new(local(), 0);
+        let s = Store::open(d.path(), opts(fs.shared())).unwrap();
+        fs.reset_counts();
+        s.prune(15).unwrap().unwrap();
+        fs.counts().of(Fault::PowerCut)
+    };
+    assert!(mutations >= 8, "{mutations}");
+    let mut outcomes = BTreeMap::new();
+    // `arm(_, n)` fires on the operation after `n` more: 0 is the prune's first mutation.
+    for cut in 0..mutations {
+        let d = tempfile::tempdir().unwrap();
+        copy(d.path());
+        let fs = Faulty::new(local(), cut);
+        let s = Store::open(d.path(), opts(fs.shared())).unwrap();
+        let old = s.pruned_below().unwrap();
+        fs.reset_counts();
+        fs.arm(Fault::PowerCut, cut);
+        assert!(s.prune(15).is_err(), "cut {cut} did not fire");
+        drop(s);
+        fs.crash().unwrap();
+        let mut s = Store::open(d.path(), opts(local())).unwrap();
+        let b = s.pruned_below().unwrap();
+        assert!(b >= old, "cut {cut}: boundary {b}, was {old}");
+        *outcomes.entry(b > old).or_insert(0) += 1;
+        compare(&a, &s, versions);
+        for v in versions + 1..=versions + 5 {
+            commit(&mut s, seed, v).unwrap();
+            assert_eq!(s.digest(0, v).unwrap(), a.digest(0, v).unwrap());
+        }
+        // A prune after the cut completes.
+        s.prune(15).unwrap();
+        compare(&a, &s, versions + 5);
+    }
+    // Cuts before the manifest is durable leave the old boundary, later ones the new.
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+}
