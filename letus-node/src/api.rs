@@ -263,7 +263,7 @@ pub struct InclusionResponse {
     pub proof_hex: String,
 }
 
-/// Every error: `{"error": {"code": "...", "message": "..."}}`.
+/// Every error: `{"error": {"code": "...", "message": "..."}}` (and `"oldest"` where it says so).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     /// The error.
@@ -277,6 +277,9 @@ pub struct ErrorDetail {
     pub code: String,
     /// Human-readable message.
     pub message: String,
+    /// Of `pruned` and `before_snapshot`: the oldest version whose state the node holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest: Option<u64>,
 }
 
 /// The body of `GET /v1/tiers` (also what `letus tier status` prints): files and bytes per tier, the mover's
@@ -310,4 +313,29 @@ pub fn tier_status_json(t: &letus_core::storage::tiered::TierStatus) -> serde_js
         },
         "last_error": t.last_error,
     })
+}
+
+/// The body of `POST /v1/admin/prune`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PruneRequest {
+    /// Versions whose state is kept besides the latest (0: only the latest).
+    pub keep: u64,
+}
+
+/// The answer of `POST /v1/admin/prune` (and what `letus prune` prints).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PruneResponse {
+    /// Whether this prune removed anything (`false`: nothing lay below the window, or it was pruned already).
+    pub pruned: bool,
+    /// The oldest version whose state the node holds, once pruned.
+    pub oldest: Option<u64>,
+    /// Index files removed.
+    pub files_removed: u64,
+    /// Their bytes.
+    pub bytes_removed: u64,
+    /// The bytes of the base file that replaced them.
+    pub base_bytes: u64,
+    /// Pages written to it.
+    pub pages: u64,
 }

@@ -34,6 +34,13 @@ pub enum ApiError {
         /// The oldest version held.
         oldest: u64,
     },
+    /// The version's state was pruned (`--keep-versions`); its digest and history proofs still answer.
+    Pruned {
+        /// The version asked for.
+        version: u64,
+        /// The oldest version whose state the node holds.
+        oldest: u64,
+    },
     /// Nothing has been written yet.
     Empty,
     /// The HTTP method is not allowed on this route.
@@ -78,6 +85,7 @@ impl ApiError {
                 (StatusCode::NOT_FOUND, "version_not_found")
             }
             ApiError::BeforeSnapshot { .. } => (StatusCode::GONE, "before_snapshot"),
+            ApiError::Pruned { .. } => (StatusCode::GONE, "pruned"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::BlockNotFound(_) => (StatusCode::NOT_FOUND, "block_not_found"),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
@@ -109,6 +117,9 @@ impl ApiError {
             ApiError::Empty => "nothing has been written yet".into(),
             ApiError::BeforeSnapshot { version, oldest } => format!(
                 "version {version} is before {oldest}, the oldest version this node holds (it started from a snapshot of {oldest})"
+            ),
+            ApiError::Pruned { version, oldest } => format!(
+                "the state of version {version} is pruned: the oldest version whose state this node holds is {oldest} (digests and history proofs of every version still answer)"
             ),
             ApiError::MethodNotAllowed => "method not allowed on this route".into(),
             ApiError::BlockNotFound(v) => format!("no block stored at version {v}"),
@@ -154,6 +165,7 @@ impl From<letus_core::Error> for ApiError {
             E::UnknownTrie(t) => ApiError::UnknownTrie(t),
             E::VersionNotFound(v) => ApiError::VersionNotFound(v),
             E::BeforeOldest { version, oldest } => ApiError::BeforeSnapshot { version, oldest },
+            E::Pruned { version, oldest } => ApiError::Pruned { version, oldest },
             E::ChunkTooLarge { .. } => ApiError::TooLarge(e.to_string()),
             E::InvalidCursor(v) => ApiError::InvalidCursor(v),
             E::TooLarge { what, size, limit } => ApiError::TooLarge(format!(
@@ -180,6 +192,12 @@ impl IntoResponse for ApiError {
             error: ErrorDetail {
                 code: code.into(),
                 message: self.message(),
+                oldest: match self {
+                    ApiError::Pruned { oldest, .. } | ApiError::BeforeSnapshot { oldest, .. } => {
+                        Some(oldest)
+                    }
+                    _ => None,
+                },
             },
         };
         let mut res = (status, Json(body)).into_response();

@@ -28,6 +28,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Full verification for auditors: recompute the root of a version from the stored data.
     Verify(tools::VerifyArgs),
+    /// Prune the state of old versions of a stopped node's store (a running node: `--keep-versions`, or
+    /// `POST /v1/admin/prune`).
+    Prune(tools::PruneArgs),
     /// Write the state export of one trie at one version (SPEC.md §9.2).
     Export(tools::ExportArgs),
     /// Seed a new store from a state export, after verifying it.
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => serve::run(*a),
         Command::Demo(a) => demo::run(a),
         Command::Verify(a) => tools::verify(a),
+        Command::Prune(a) => tools::prune(a),
         Command::Export(a) => tools::export(a),
         Command::Import(a) => tools::import(a),
         Command::Snapshot(a) => tools::snapshot(a),

@@ -150,6 +150,31 @@ impl Metrics {
             "Committed puts and deletes",
             m.updates,
         );
+        counter(
+            "letus_prunes_total",
+            "Prunes that removed index files",
+            m.prunes,
+        );
+        counter(
+            "letus_pruned_files_total",
+            "Index files removed by prunes",
+            m.pruned_files,
+        );
+        counter(
+            "letus_pruned_bytes_total",
+            "Bytes of the index files removed by prunes",
+            m.pruned_bytes,
+        );
+        counter(
+            "letus_prune_pages_total",
+            "Pages written to base files by prunes (grows while a prune runs)",
+            m.pruned_pages,
+        );
+        counter(
+            "letus_prune_errors_total",
+            "Background prunes that failed (each is tried again after the next commit)",
+            m.prune_errors,
+        );
         let gauge = |name: &str, help: &str, v: f64| set_gauge(&engine, name, help, v);
         let lookups = (m.page_cache_hits + m.page_cache_misses).max(1) as f64;
         gauge(

@@ -223,6 +223,21 @@ impl Node {
         self.tiers.as_ref().map(|t| t.status())
     }
 
+    /// Prunes the state of every version older than the newest `keep` (see `letus_core::Store::prune`); runs
+    /// beside commits and reads.
+    pub fn prune(&self, keep: u64) -> Result<crate::api::PruneResponse, ApiError> {
+        let reader = self.reader();
+        let done = reader.prune(keep)?;
+        Ok(crate::api::PruneResponse {
+            pruned: done.is_some(),
+            oldest: reader.pruned_below(),
+            files_removed: done.as_ref().map_or(0, |r| r.files_removed),
+            bytes_removed: done.as_ref().map_or(0, |r| r.bytes_removed),
+            base_bytes: done.as_ref().map_or(0, |r| r.base_bytes),
+            pages: done.as_ref().map_or(0, |r| r.pages),
+        })
+    }
+
     /// The reader of the store as it is now.
     fn reader(&self) -> Reader {
         self.reader

@@ -19,7 +19,7 @@ use serde::Deserialize;
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ServeArgs {
     /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_replay_millis,
-    /// max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
+    /// keep_versions, max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
     /// max_concurrent_reads, shutdown_timeout_secs).
     #[arg(long, env = "LETUS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -43,6 +43,12 @@ pub struct ServeArgs {
     /// file, which a restart after a crash replays (default 500; lower restarts faster and writes more bytes).
     #[arg(long, env = "LETUS_MAX_REPLAY_MILLIS")]
     pub max_replay_millis: Option<u64>,
+    /// Keep the state of only the newest N versions: the pages of older ones are pruned in the background as
+    /// index files fill (0 keeps only the latest state; default: keep every version). Reads below the boundary
+    /// answer `410 pruned`; digests and history proofs of every version still answer. Can be set, changed or
+    /// removed at any restart. The value log is not pruned.
+    #[arg(long, env = "LETUS_KEEP_VERSIONS")]
+    pub keep_versions: Option<u64>,
     /// Seconds a client has to send a request's head (request line and headers); also the longest an idle
     /// keep-alive connection stays open (default 10).
     #[arg(long, env = "LETUS_HEADER_TIMEOUT_SECS")]
@@ -197,6 +203,7 @@ struct FileConfig {
     max_body_bytes: Option<usize>,
     memory_budget_bytes: Option<u64>,
     max_replay_millis: Option<u64>,
+    keep_versions: Option<u64>,
     max_proof_keys: Option<usize>,
     header_timeout_secs: Option<u64>,
     body_timeout_secs: Option<u64>,
@@ -321,6 +328,7 @@ impl ServeArgs {
         if let Some(m) = self.max_replay_millis.or(file.max_replay_millis) {
             options.max_replay_millis = m;
         }
+        options.keep_versions = self.keep_versions.or(file.keep_versions);
         let mut static_dirs = Vec::new();
         for s in &self.static_dirs {
             let (prefix, dir) = s

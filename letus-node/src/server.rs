@@ -72,6 +72,7 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         )
         .route("/v1/tries/{tid}/changes", get(changes))
         .route("/v1/tiers", get(tiers))
+        .route("/v1/admin/prune", post(prune))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
 }
@@ -613,6 +614,17 @@ async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
 }
 
 /// `GET /v1/tiers`: where the store's sealed files are, what the mover and the object store did.
+/// Prunes now, with the write token (pruning removes state for good).
+async fn prune(State(s): State<AppState>, req: Request) -> Result<Json<PruneResponse>, ApiError> {
+    if !authorized(req.headers(), &s.node.token) {
+        return Err(ApiError::Unauthorized);
+    }
+    let body = Bytes::from_request(req, &s).await;
+    let req: PruneRequest = parse_json(body, s.node.limits.max_body_bytes)?;
+    let node = s.node.clone();
+    Ok(Json(blocking(move || node.prune(req.keep)).await?))
+}
+
 async fn tiers(State(s): State<AppState>) -> Result<Response, ApiError> {
     let node = s.node.clone();
     let st = blocking(move || Ok(node.tier_status())).await?;

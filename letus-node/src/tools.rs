@@ -1,4 +1,4 @@
-//! Offline tools over a data directory: `letus verify`, `letus export`, `letus import`.
+//! Offline tools over a data directory: `letus verify`, `letus export`, `letus import`, `letus prune`.
 
 use std::io::{BufWriter, Read, Write};
 use std::path::PathBuf;
@@ -174,6 +174,77 @@ fn verify_checked(a: &VerifyArgs) -> Result<ExitCode, VerifyError> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Options of `letus prune`.
+#[derive(clap::Args)]
+pub struct PruneArgs {
+    /// Data directory of a (stopped) node; a running node prunes with `POST /v1/admin/prune` or `--keep-versions`.
+    #[arg(long, default_value = "letus-data")]
+    data: PathBuf,
+    /// Versions whose state is kept besides the latest (0: keep only the latest state). Reads below the boundary
+    /// then answer `pruned`; digests and history proofs of every version still answer. The value log and the
+    /// block store are not pruned.
+    #[arg(long)]
+    keep: u64,
+    /// Print a machine-readable summary.
+    #[arg(long)]
+    json: bool,
+    /// The store's tiers, if it is tiered.
+    #[command(flatten)]
+    tiers: crate::serve::TierFlags,
+}
+
+pub fn prune(a: PruneArgs) -> Result<ExitCode, String> {
+    let store = open_state(&a.data, &a.tiers)?;
+    let before = store.disk_bytes();
+    let bar = if a.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new_spinner()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {pos} pages of the boundary version written {per_sec} {elapsed}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    let started = std::time::Instant::now();
+    let result = store
+        .reader()
+        .prune_with_progress(a.keep, &mut |n| bar.set_position(n));
+    bar.finish_and_clear();
+    let report = result.map_err(|e| e.to_string())?;
+    let after = store.disk_bytes();
+    let secs = started.elapsed().as_secs_f64();
+    let oldest = store.pruned_below();
+    store.close().map_err(|e| e.to_string())?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "pruned": report.is_some(),
+                "oldest": oldest,
+                "files_removed": report.as_ref().map_or(0, |r| r.files_removed),
+                "bytes_removed": report.as_ref().map_or(0, |r| r.bytes_removed),
+                "base_bytes": report.as_ref().map_or(0, |r| r.base_bytes),
+                "pages": report.as_ref().map_or(0, |r| r.pages),
+                "state_bytes_before": before,
+                "state_bytes_after": after,
+                "seconds": secs,
+            })
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    match (report, oldest) {
+        (Some(r), _) => println!(
+            "pruned below version {}: {} index files ({} bytes) replaced by one base file of {} pages ({} bytes); state {} -> {} bytes ({secs:.1}s)",
+            r.boundary, r.files_removed, r.bytes_removed, r.pages, r.base_bytes, before, after
+        ),
+        (None, Some(b)) => println!("nothing to prune: the store is pruned below version {b} already, and no index file lies wholly below the window"),
+        (None, None) => println!("nothing to prune: no index file lies wholly below the window (the store keeps every version)"),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Options of `letus export`.

@@ -532,6 +532,48 @@ async fn every_documented_status_of_every_route_is_produced() {
         .await,
     );
 
+    // A pruned node (an index file every commit): below the boundary, `410 pruned`; digests still answer.
+    let (_dp, pruned) = {
+        let dir = tempfile::tempdir().unwrap();
+        let node = Node::open(
+            dir.path(),
+            Options {
+                max_replay_millis: 0,
+                ..Options::default()
+            },
+            TOKEN.into(),
+            NodeLimits::default(),
+        )
+        .unwrap();
+        let router = letus_node::server::app(AppState {
+            node: Arc::new(node),
+            metrics: Arc::new(Metrics::new()),
+            static_dirs: vec![],
+        });
+        (dir, router)
+    };
+    let mut blocks: Vec<Case> = (1..=12u64)
+        .map(|v| {
+            let k = format!("k{v}");
+            case("POST", "/v1/blocks", 200, "")
+                .json(block(v, &[(k.as_bytes(), Some(b"v"))]))
+                .token()
+        })
+        .collect();
+    blocks.extend([
+        case("POST", "/v1/admin/prune", 401, "unauthorized").json(json!({"keep": 3})),
+        case("POST", "/v1/admin/prune", 400, "bad_request")
+            .json(json!({"keep": -1}))
+            .token(),
+        case("POST", "/v1/admin/prune", 200, "")
+            .json(json!({"keep": 3}))
+            .token(),
+        case("GET", "/v1/tries/0/keys/00?version=2", 410, "pruned"),
+        case("GET", "/v1/tries/0/keys/00?version=12", 200, ""),
+        case("GET", "/v1/digest/2", 200, ""),
+    ]);
+    produced.extend(run(pruned, blocks).await);
+
     // A node that joined from a snapshot of version 5 (its store bulk-loaded there): below it, `410`.
     let joined_dir = tempfile::tempdir().unwrap();
     let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..50u32)

@@ -1,0 +1,184 @@
+//! Pruning with the real binary: `letus serve --keep-versions` prunes by itself while blocks are written, old
+//! reads answer `410 pruned` naming the oldest version held while digests of every version still answer (and are
+//! the ones the writes returned), `/metrics` shows the prunes; a SIGKILL and restart keep all of that; a stopped
+//! node is pruned further by `letus prune`, and its latest state still reads and verifies.
+
+mod common;
+
+use common::agent;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use letus_node::api::{BlockRequest, WriteOp};
+use letus_verify::hex::encode as hex;
+use serde_json::Value;
+
+const TOKEN: &str = "prune-token";
+
+fn key(i: u64) -> String {
+    hex(format!("acct-{i}").as_bytes())
+}
+
+fn post_block(url: &str, v: u64) -> Value {
+    let req = BlockRequest {
+        version: v,
+        writes: (0..20)
+            .map(|i| WriteOp {
+                tid: 0,
+                key: key((v * 7 + i * 13) % 300),
+                value: Some(hex(format!("{v}-{i}").as_bytes())),
+            })
+            .collect(),
+        block: Some(hex(format!("block {v}").as_bytes())),
+        access_list: vec![],
+    };
+    let mut res = agent()
+        .post(format!("{url}/v1/blocks"))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .send_json(req)
+        .unwrap();
+    assert_eq!(res.status(), 200, "block {v}");
+    res.body_mut().read_json().unwrap()
+}
+
+fn get(url: &str, path: &str) -> (u16, Value) {
+    let mut res = agent().get(format!("{url}{path}")).call().unwrap();
+    let status = res.status().as_u16();
+    (status, res.body_mut().read_json().unwrap_or(Value::Null))
+}
+
+/// The oldest version the node holds, from the `pruned` answer to a read of version 1 (`None` while unpruned).
+fn oldest(url: &str) -> Option<u64> {
+    let (s, v) = get(url, &format!("/v1/tries/0/keys/{}?version=1", key(7)));
+    match s {
+        200 => None,
+        410 => {
+            assert_eq!(v["error"]["code"], "pruned", "{v}");
+            v["error"]["oldest"].as_u64()
+        }
+        other => panic!("version 1: {other} {v}"),
+    }
+}
+
+/// Checks every version up to `latest`; returns the boundary. The node may still be pruning (the last blocks
+/// woke its pruner), so the boundary may rise while this reads, never fall.
+fn check(url: &str, digests: &[Value], latest: u64) -> u64 {
+    let first = oldest(url).expect("pruned");
+    for v in 1..=latest {
+        // Digests of every version, pruned or not, as the writes returned them.
+        let (s, d) = get(url, &format!("/v1/digest/{v}"));
+        assert_eq!(s, 200, "digest {v}");
+        assert_eq!(
+            d["digests"],
+            digests[v as usize - 1]["digests"],
+            "digest {v}"
+        );
+        let (s, r) = get(
+            url,
+            &format!("/v1/tries/0/keys/{}?version={v}", key(v % 300)),
+        );
+        match s {
+            410 => {
+                assert_eq!(r["error"]["code"], "pruned", "{v}: {r}");
+                let b = r["error"]["oldest"].as_u64().unwrap();
+                assert!(b > v && b >= first, "{v}: {r}");
+            }
+            200 => assert!(
+                v >= first,
+                "version {v} reads though {first} was the boundary"
+            ),
+            other => panic!("read at {v}: {other} {r}"),
+        }
+    }
+    oldest(url).unwrap()
+}
+
+#[test]
+fn a_node_prunes_by_itself_and_letus_prune_prunes_a_stopped_one() {
+    let dir = tempfile::tempdir().unwrap();
+    // An index file after nearly every block, so that there is something to prune every few blocks.
+    let flags = ["--keep-versions", "10", "--max-replay-millis", "1"];
+    let (mut node, url) = common::serve_with(dir.path(), TOKEN, &flags);
+    let mut digests = Vec::new();
+    for v in 1..=80 {
+        digests.push(post_block(&url, v));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while oldest(&url).is_none_or(|b| b < 40) {
+        assert!(Instant::now() < deadline, "the node did not prune");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let b = check(&url, &digests, 80);
+    assert!(b <= 70, "keeps at least 10 versions: boundary {b}");
+    let metrics = agent()
+        .get(format!("{url}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let prunes: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("letus_prunes_total "))
+        .expect("letus_prunes_total")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(prunes >= 1, "{metrics}");
+
+    // SIGKILL, restart: the boundary holds, the chain goes on, and pruning with it.
+    node.kill().unwrap();
+    node.wait().unwrap();
+    let (mut node, url) = common::serve_with(dir.path(), TOKEN, &flags);
+    assert!(oldest(&url).unwrap() >= b);
+    for v in 81..=120 {
+        digests.push(post_block(&url, v));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while oldest(&url).is_none_or(|x| x <= b) {
+        assert!(
+            Instant::now() < deadline,
+            "the node did not prune after restart"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    check(&url, &digests, 120);
+
+    // Stopped, then pruned to the latest state offline.
+    node.kill().unwrap();
+    node.wait().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_letus"))
+        .args(["prune", "--keep", "0", "--json", "--data"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["pruned"], true, "{r}");
+    let offline = r["oldest"].as_u64().unwrap();
+    assert!(offline > b, "{r}");
+    let (mut node, url) = common::serve(dir.path(), TOKEN);
+    assert_eq!(check(&url, &digests, 120), offline);
+    // The latest state verifies in full.
+    let root = digests[119]["digests"][0]["root"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    node.kill().unwrap();
+    node.wait().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_letus"))
+        .args(["verify", "--root", &root, "--data"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
