@@ -1,17 +1,18 @@
 //! The prune manifest (`pruned`): where a pruned store's history of pages begins.
 //!
-//! A prune at boundary `B` (FORMAT.md §2.9) replaces the index files `1..=k` (every record of a version `<= B`) by
-//! one **base file** `k.G.idx` holding, for every page reachable at `B`, its newest record at or below `B` under
-//! the same key (a DeltaPage rewritten onto a BasePage of its own first version). This file names that base file
-//! and the boundary; it is the prune's commit point. Versions below `B` answer [`crate::Error::Pruned`].
+//! A prune at boundary `B` (FORMAT.md §2.9) replaces index files (every record of a version `<= B` not already in
+//! a base file) by one **base file** `k.G.idx`. A store's index files are then its base files, oldest first, then
+//! ordinary ones. This file names the base files and the boundary; writing it is a prune's commit point. Versions
+//! below `B` answer [`crate::Error::Pruned`].
 //!
-//! ## Format (40 bytes)
+//! ## Format (36 + 12 per base file bytes)
 //! ```text
 //! header (16 bytes): magic "LETUSPRN" | u32 format = 1 | u32 crc32(magic || format)
-//! body: u64 boundary | u64 base file number | u32 base file generation | u32 crc32(body before)
+//! body: u64 boundary | u32 n | n x (u64 file number | u32 generation) | u32 crc32(body before)
 //! ```
-//! Written whole under a temporary name, fsynced, renamed over the old one, directory fsynced
-//! ([`fsutil::write_whole_file`]): a crash leaves the old manifest (or none) or the new one.
+//! The base files are listed oldest first; the last one is the newest prune's. Written whole under a temporary
+//! name, fsynced, renamed over the old one, directory fsynced ([`fsutil::write_whole_file`]): a crash leaves the
+//! old manifest (or none) or the new one.
 
 use std::path::Path;
 
@@ -23,19 +24,19 @@ use crate::storage::Storage;
 
 const MAGIC: &[u8; 8] = b"LETUSPRN";
 const FORMAT: u32 = 1;
-const BODY_LEN: usize = 20;
+/// The most base files a manifest lists (a prune merges them all into one long before).
+pub const MAX_BASE_FILES: usize = 1024;
 /// The manifest's name in the store's directory.
 pub const FILE_NAME: &str = "pruned";
 
 /// What the manifest says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PruneManifest {
     /// The oldest version with state: versions below it are pruned.
     pub boundary: Version,
-    /// The base file's number: index files numbered below it are gone (or leftovers of the prune to delete).
-    pub base_no: u64,
-    /// The base file's generation (`NNNNNN.G.idx`, G above the generation of the file it replaced).
-    pub base_generation: u32,
+    /// The base files `(number, generation)`, oldest first (at least one): index files numbered below the first
+    /// are gone, and between the first and the last only these are kept.
+    pub bases: Vec<(u64, u32)>,
 }
 
 impl PruneManifest {
@@ -43,11 +44,19 @@ impl PruneManifest {
         let mut b = log_header(MAGIC, FORMAT).to_vec();
         let body_at = b.len();
         b.extend_from_slice(&self.boundary.to_le_bytes());
-        b.extend_from_slice(&self.base_no.to_le_bytes());
-        b.extend_from_slice(&self.base_generation.to_le_bytes());
+        b.extend_from_slice(&(self.bases.len() as u32).to_le_bytes());
+        for (no, generation) in &self.bases {
+            b.extend_from_slice(&no.to_le_bytes());
+            b.extend_from_slice(&generation.to_le_bytes());
+        }
         let c = crc(&b[body_at..]);
         b.extend_from_slice(&c.to_le_bytes());
         b
+    }
+
+    /// The newest base file (the newest prune's).
+    pub fn newest(&self) -> (u64, u32) {
+        self.bases.last().copied().unwrap_or((0, 0))
     }
 }
 
@@ -58,32 +67,31 @@ pub fn read(fs: &dyn Storage, dir: &Path) -> Result<Option<PruneManifest>> {
         return Ok(None);
     };
     check_log_header(&path, &bytes, MAGIC, FORMAT, "prune manifest")?;
-    let body = bytes
-        .get(LOG_HEADER_LEN..)
-        .filter(|b| b.len() == BODY_LEN + 4)
-        .ok_or_else(|| {
-            Error::corrupt(
-                &path,
-                LOG_HEADER_LEN as u64,
-                "prune manifest has the wrong length",
-            )
-        })?;
-    if u32_at(body, BODY_LEN) != Some(crc(&body[..BODY_LEN])) {
-        return Err(Error::corrupt(
-            &path,
-            LOG_HEADER_LEN as u64,
-            "prune manifest fails its checksum",
-        ));
+    let bad = |what: &str| Error::corrupt(&path, LOG_HEADER_LEN as u64, what);
+    let body = bytes.get(LOG_HEADER_LEN..).unwrap_or_default();
+    let n = u32_at(body, 8).ok_or_else(|| bad("prune manifest is cut"))? as usize;
+    if n == 0 || n > MAX_BASE_FILES {
+        return Err(bad("prune manifest lists no base file, or too many"));
     }
-    let field = |at| {
-        u64_at(body, at).ok_or_else(|| Error::corrupt(&path, at as u64, "prune manifest is cut"))
-    };
-    Ok(Some(PruneManifest {
-        boundary: field(0)?,
-        base_no: field(8)?,
-        base_generation: u32_at(body, 16)
-            .ok_or_else(|| Error::corrupt(&path, 16, "prune manifest is cut"))?,
-    }))
+    let len = 12 + 12 * n;
+    if body.len() != len + 4 {
+        return Err(bad("prune manifest has the wrong length"));
+    }
+    if u32_at(body, len) != Some(crc(&body[..len])) {
+        return Err(bad("prune manifest fails its checksum"));
+    }
+    let boundary = u64_at(body, 0).ok_or_else(|| bad("prune manifest is cut"))?;
+    let mut bases = Vec::with_capacity(n);
+    for i in 0..n {
+        let at = 12 + 12 * i;
+        let no = u64_at(body, at).ok_or_else(|| bad("prune manifest is cut"))?;
+        let generation = u32_at(body, at + 8).ok_or_else(|| bad("prune manifest is cut"))?;
+        if bases.last().is_some_and(|(last, _)| *last >= no) || generation == 0 {
+            return Err(bad("prune manifest lists base files out of order"));
+        }
+        bases.push((no, generation));
+    }
+    Ok(Some(PruneManifest { boundary, bases }))
 }
 
 /// Replaces the manifest of the store in `dir` atomically (temporary file, fsync, rename, directory fsync).
@@ -102,11 +110,10 @@ mod tests {
         assert_eq!(read(&*fs, dir.path()).unwrap(), None);
         let m = PruneManifest {
             boundary: 77,
-            base_no: 5,
-            base_generation: 2,
+            bases: vec![(2, 1), (5, 2)],
         };
         write(&*fs, dir.path(), &m).unwrap();
-        assert_eq!(read(&*fs, dir.path()).unwrap(), Some(m));
+        assert_eq!(read(&*fs, dir.path()).unwrap(), Some(m.clone()));
         let path = dir.path().join(FILE_NAME);
         let mut b = std::fs::read(&path).unwrap();
         for i in 0..b.len() {

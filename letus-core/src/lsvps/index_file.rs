@@ -48,6 +48,8 @@ pub const ENTRY_LEN: usize = PageKey::ENCODED_LEN + 8 + 4;
 pub const INDEX_BLOCK_TARGET: usize = 4096;
 /// The writer's buffer: page blocks reach the file in pieces of about this size.
 const WRITE_CHUNK: usize = 256 << 10;
+/// Bytes written between two `sync_data` calls while a file is written.
+const BYTES_PER_SYNC: u64 = 4 << 20;
 /// Index blocks held in memory before they move to the writer's side file.
 const INDEX_SPILL: usize = 4 << 20;
 /// Entries per full index block: `(4096 - 8) / 58 = 70`, so a full block is `8 + 70 * 58 = 4068` bytes.
@@ -240,6 +242,8 @@ pub struct IndexFileWriter {
     lookup: Vec<(PageKey, u64, u32)>,
     /// Set after an I/O error: the file is in an unknown state and must be deleted.
     failed: bool,
+    /// Bytes written since the last `sync_data`.
+    unsynced: u64,
 }
 
 impl IndexFileWriter {
@@ -265,6 +269,7 @@ impl IndexFileWriter {
             fs: fs.clone(),
             lookup: Vec::new(),
             failed: false,
+            unsynced: 0,
         };
         w.write(&encode_header())?;
         Ok(w)
@@ -296,6 +301,16 @@ impl IndexFileWriter {
         if let Err(e) = self.out.append(&self.pending) {
             self.failed = true;
             return Err(Error::io(&self.path, e));
+        }
+        // Written back as it goes (RocksDB's `bytes_per_sync`): one fsync of a whole large file at the end would
+        // queue the commits' own fsyncs behind all of its dirty pages.
+        self.unsynced += self.pending.len() as u64;
+        if self.unsynced >= BYTES_PER_SYNC {
+            self.unsynced = 0;
+            if let Err(e) = self.out.file.sync_data() {
+                self.failed = true;
+                return Err(Error::io(&self.path, e));
+            }
         }
         self.pending.clear();
         Ok(())

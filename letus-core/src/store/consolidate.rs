@@ -88,7 +88,7 @@ impl Shared {
             ));
         }
         {
-            let mut e = self.engine.write().map_err(|_| Error::Poisoned)?;
+            let mut e = self.engine_write()?;
             match e.files.iter().position(|f| Arc::ptr_eq(f, &file)) {
                 Some(i) => e.files[i] = new,
                 // Nothing else replaces files; if something did, the old file stays and the new one goes.
@@ -151,7 +151,9 @@ impl Shared {
             };
             // The engine is held for one page at a time (its chain may be read from the cold tier), so that a
             // commit waiting to publish never waits for more than one page.
-            let page = self.engine().read_page(key.tid, key.page, key.version)?;
+            let page = self
+                .engine_after_writers()
+                .read_page(key.tid, key.page, key.version)?;
             let base = page::encode_base(key.version, 0, page.cells());
             w.add(
                 &PageKey {

@@ -59,6 +59,8 @@ pub(super) struct Engine {
     pub(super) tombstone_log: Option<TombstoneLog>,
     /// Versions below this one are pruned (`prune_manifest`): their pages are gone.
     pub(super) pruned_below: Option<Version>,
+    /// How many of `files`, from the first, are base files of prunes (`prune_manifest`).
+    pub(super) base_files: usize,
     /// Trie-update and publish time of the commits since the last flush: what a recovery would replay
     /// ([`Options::max_replay_millis`]).
     pub(super) unflushed_work: std::time::Duration,

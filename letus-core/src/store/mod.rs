@@ -227,9 +227,8 @@ impl Store {
         let lsvps_dir = dir.join("lsvps");
         fs.create_dir_all(&lsvps_dir)
             .map_err(|e| Error::io(&lsvps_dir, e))?;
-        // A prune's manifest names its base file and the boundary (FORMAT.md §2.9): files numbered below the base
-        // are what the prune replaced, a staged base file it names is renamed into place, one it does not name is
-        // a prune that never reached its commit point.
+        // A prune's manifest names the base files and the boundary (FORMAT.md §2.9): a staged base file it names
+        // is renamed into place, one it does not name is a prune that never reached its commit point.
         let pruned = crate::prune_manifest::read(&*fs, &dir)?;
         let mut numbered = Vec::new();
         let mut renamed = false;
@@ -240,7 +239,10 @@ impl Store {
                 continue;
             }
             if let Some((no, generation)) = prune::parse_staged_name(&name) {
-                if pruned.is_some_and(|m| (m.base_no, m.base_generation) == (no, generation)) {
+                if pruned
+                    .as_ref()
+                    .is_some_and(|m| m.newest() == (no, generation))
+                {
                     let fin = lsvps_dir.join(crate::lsvps::index_file_name(no, generation));
                     fsutil::rename(&*fs, &path, &fin)?;
                     renamed = true;
@@ -257,37 +259,22 @@ impl Store {
         if renamed {
             sync_dir(&*fs, &lsvps_dir)?;
         }
-        let first_no = match pruned {
-            Some(m) => {
-                let mut replaced = Vec::new();
-                numbered.retain(|(no, generation, path)| {
-                    let keep =
-                        *no > m.base_no || (*no == m.base_no && *generation == m.base_generation);
-                    if !keep {
-                        replaced.push(path.clone());
-                    }
-                    keep
-                });
-                for path in replaced {
-                    fsutil::remove_file(&*fs, &path)?;
+        // Of a pruned store: its base files, then the files after the newest one. Anything else numbered up to the
+        // newest base file is what a prune replaced (its removal may not have happened before a crash).
+        let bases: Vec<(u64, u32)> = pruned.as_ref().map_or(Vec::new(), |m| m.bases.clone());
+        if let Some(&(last, _)) = bases.last() {
+            let mut replaced = Vec::new();
+            numbered.retain(|(no, generation, path)| {
+                let keep = *no > last || bases.contains(&(*no, *generation));
+                if !keep {
+                    replaced.push(path.clone());
                 }
-                if !numbered
-                    .iter()
-                    .any(|(no, g, _)| (*no, *g) == (m.base_no, m.base_generation))
-                {
-                    return Err(Error::corrupt(
-                        &lsvps_dir,
-                        0,
-                        format!(
-                            "the base file {} that the prune manifest names is missing",
-                            crate::lsvps::index_file_name(m.base_no, m.base_generation)
-                        ),
-                    ));
-                }
-                m.base_no
+                keep
+            });
+            for path in replaced {
+                fsutil::remove_file(&*fs, &path)?;
             }
-            None => 1,
-        };
+        }
         // Of two generations of one file the newer replaces the older (a consolidation whose removal of the old
         // one did not happen before a crash): both are whole, the newer holds every record of the older.
         numbered.sort();
@@ -304,17 +291,34 @@ impl Store {
         }
         sync_dir(&*fs, &lsvps_dir)?;
         let mut files: Vec<Arc<IndexFile>> = Vec::new();
+        let after_bases = bases.last().map_or(1, |(no, _)| no + 1);
         for (i, (no, generation, path)) in numbered.iter().enumerate() {
             // Flushes number their files 1, 2, 3, ... (a flush that never finished leaves only a `.tmp`, and its
             // number is used again), and each file holds the versions after the previous one's: a gap or an
             // overlap means a file was lost or put back, and its versions would be looked up in the wrong file.
-            if *no != i as u64 + first_no {
+            // A pruned store's base files come first, then the files numbered from the newest one's on.
+            let expected = match bases.get(i) {
+                Some(&(b, g)) => {
+                    if (*no, *generation) != (b, g) {
+                        return Err(Error::corrupt(
+                            &lsvps_dir,
+                            0,
+                            format!(
+                                "the base file {} that the prune manifest names is missing",
+                                crate::lsvps::index_file_name(b, g)
+                            ),
+                        ));
+                    }
+                    b
+                }
+                None => after_bases + (i - bases.len()) as u64,
+            };
+            if *no != expected {
                 return Err(Error::corrupt(
                     &lsvps_dir,
                     0,
                     format!(
-                        "index file {:06}.idx is missing (the next one present is {no:06}.idx)",
-                        i as u64 + first_no
+                        "index file {expected:06}.idx is missing (the next one present is {no:06}.idx)"
                     ),
                 ));
             }
@@ -339,12 +343,13 @@ impl Store {
             }
             files.push(Arc::new(file));
         }
-        if let Some(m) = pruned {
-            if files.first().map(|f| f.meta().max_version) != Some(m.boundary) {
+        if let Some(m) = &pruned {
+            if files.len() < bases.len() || files[bases.len() - 1].meta().max_version != m.boundary
+            {
                 return Err(Error::corrupt(
                     dir.join(crate::prune_manifest::FILE_NAME),
                     0,
-                    "the prune boundary is not the last version of the base file",
+                    "the prune boundary is not the last version of the newest base file",
                 ));
             }
         }
@@ -408,7 +413,8 @@ impl Store {
             roots_log,
             tombstones,
             tombstone_log,
-            pruned_below: pruned.map(|m| m.boundary),
+            pruned_below: pruned.as_ref().map(|m| m.boundary),
+            base_files: bases.len(),
             unflushed_work: std::time::Duration::ZERO,
         };
 
@@ -539,6 +545,7 @@ impl Store {
                 vdls: vdls.reader().clone(),
                 read_pool,
                 maintenance: std::sync::Mutex::new(()),
+                turnstile: std::sync::Mutex::new(()),
             }),
             vdls,
             staged: BTreeMap::new(),
@@ -590,7 +597,7 @@ impl Store {
 
     /// The engine for the writer: a panic in an earlier publish poisoned it, and the store must be reopened.
     fn engine_mut(&self) -> Result<RwLockWriteGuard<'_, Engine>> {
-        self.shared.engine.write().map_err(|_| Error::Poisoned)
+        self.shared.engine_write()
     }
 
     /// Stages `key = value` in trie `tid` for the next commit.

@@ -1,5 +1,5 @@
-//! Pruning the pages of old versions: the index files of every version up to a boundary `B` are replaced, as a
-//! whole, by one **base file** holding the pages of version `B` (FORMAT.md §2.9).
+//! Pruning the pages of old versions: the index files of the versions up to a boundary `B` are replaced, as a
+//! whole, by one **base file** holding what reads at `B` and later need of them (FORMAT.md §2.9).
 //!
 //! Why this is enough: a read at a version `v >= B` only ever needs, of the records of versions `<= B`, the newest
 //! record at or below `B` of each page reachable at `B`.
@@ -14,9 +14,14 @@
 //! page as of `p` and `D` with that BasePage as its predecessor (entries unchanged), as a consolidation does
 //! (FORMAT.md §2.8). Nothing that is hashed changes, so every root, proof and digest at `v >= B` is the same.
 //!
-//! The cost is one walk of the state at `B` (its pages, not its values) and one file written, whatever the number
-//! of versions pruned; the files replaced are deleted whole. The boundary is always the last version of an index
-//! file, so versions kept are at least those asked for.
+//! Incremental: after a first prune at `B0`, the next one at `B1` replaces only the files after the base files,
+//! and its base file covers `(B0, B1]` with the pages changed there. A page at or below `B0` is unchanged since
+//! (with its whole subtree: a page's version is at least its children's), and the older base file, which the
+//! version routing sends its lookups to, still holds it. The walk visits the changed pages only, so a prune costs
+//! what the versions it prunes changed, not the state. The older base files hold pages changed since (garbage);
+//! when the later base files together outweigh the first, a prune merges them all by a full walk of the state.
+//!
+//! The boundary is always the last version of an index file, so versions kept are at least those asked for.
 //!
 //! Order of writes (the crash argument is in FORMAT.md §2.9): the base file is written as `NNNNNN.G.prune.tmp`,
 //! fsynced, renamed to `NNNNNN.G.prune` (directory fsynced); the prune manifest naming it is written (the commit
@@ -37,7 +42,8 @@ pub struct PruneReport {
     pub bytes_removed: u64,
     /// The base file's bytes.
     pub base_bytes: u64,
-    /// Pages written to the base file (every page of every trie at the boundary).
+    /// Pages written to the base file (of a merge, every page at the boundary; else those changed since the
+    /// previous boundary).
     pub pages: u64,
 }
 
@@ -47,6 +53,18 @@ impl PruneReport {
     pub fn bytes_reclaimed(&self) -> i64 {
         self.bytes_removed as i64 - self.base_bytes as i64
     }
+}
+
+/// Base files a store keeps before a prune merges them all into one.
+const MAX_BASE_FILES: usize = 32;
+
+/// `(number, generation)` of an index file, from its name.
+fn file_number(f: &IndexFile) -> Result<(u64, u32)> {
+    f.path()
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(crate::lsvps::parse_index_file_name)
+        .ok_or_else(|| Error::corrupt(f.path(), 0, "an index file with an unexpected name"))
 }
 
 /// How many pages a base-file walk handles per hold of the engine: small, so that a commit waiting to publish
@@ -66,7 +84,18 @@ impl Shared {
             .maintenance
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let (replaced, boundary, roots, dir, counters, block_cache, meta_from) = {
+        let (
+            current,
+            from,
+            skip,
+            old_bases,
+            boundary,
+            roots,
+            dir,
+            counters,
+            block_cache,
+            meta_from,
+        ) = {
             let e = self.engine();
             let Some(&latest) = e.versions.last() else {
                 return Ok(None);
@@ -80,6 +109,25 @@ impl Shared {
             if e.pruned_below.is_some_and(|b| b >= boundary) {
                 return Ok(None);
             }
+            // Incremental: a new base file of the pages changed since the last prune's boundary, after the base files
+            // there are (which hold the others). When the later base files outweigh the first (the pages of a
+            // whole state), most of the first is garbage: all of them are merged into one by a full walk.
+            let later: u64 = e.files[..e.base_files]
+                .iter()
+                .skip(1)
+                .map(|f| f.size())
+                .sum();
+            let full =
+                e.base_files == 0 || e.base_files >= MAX_BASE_FILES || later > e.files[0].size();
+            let (from, skip) = if full {
+                (0, 0)
+            } else {
+                (e.base_files, e.pruned_below.unwrap_or(0))
+            };
+            let old_bases = e.files[..from]
+                .iter()
+                .map(|f| file_number(f))
+                .collect::<Result<Vec<_>>>()?;
             let roots: Vec<(TrieId, Version)> = e
                 .tries
                 .iter()
@@ -90,6 +138,9 @@ impl Shared {
                 .collect();
             (
                 e.files[..n].to_vec(),
+                from,
+                skip,
+                old_bases,
                 boundary,
                 roots,
                 e.dir.clone(),
@@ -98,17 +149,9 @@ impl Shared {
                 *last.meta(),
             )
         };
+        let replaced = &current[from..];
         let last = replaced.last().ok_or(Error::Poisoned)?;
-        let last_name = last
-            .path()
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_string();
-        let (no, generation) =
-            crate::lsvps::parse_index_file_name(&last_name).ok_or_else(|| {
-                Error::corrupt(last.path(), 0, "an index file with an unexpected name")
-            })?;
+        let (no, generation) = file_number(last)?;
         let base_generation = generation + 1;
         let lsvps = dir.join("lsvps");
         let fin = lsvps.join(crate::lsvps::index_file_name(no, base_generation));
@@ -121,7 +164,9 @@ impl Shared {
             }
         }
 
-        let written = self.write_base(&roots, boundary, meta_from, &tmp, &counters, &fs, progress);
+        let written = self.write_base(
+            &roots, skip, boundary, meta_from, &tmp, &counters, &fs, progress,
+        );
         let (meta, pages) = match written {
             Ok(m) => m,
             Err(e) => {
@@ -137,8 +182,10 @@ impl Shared {
             &dir,
             &PruneManifest {
                 boundary,
-                base_no: no,
-                base_generation,
+                bases: old_bases
+                    .into_iter()
+                    .chain([(no, base_generation)])
+                    .collect(),
             },
         )?;
         fsutil::rename(&*fs, &staged, &fin)?;
@@ -154,13 +201,10 @@ impl Shared {
         }
         let base_bytes = base.size();
         {
-            let mut e = self.engine.write().map_err(|_| Error::Poisoned)?;
+            let mut e = self.engine_write()?;
             // Flushes only append files, and consolidations and prunes hold `maintenance`.
-            let same = e.files.len() >= replaced.len()
-                && e.files
-                    .iter()
-                    .zip(&replaced)
-                    .all(|(a, b)| Arc::ptr_eq(a, b));
+            let same = e.files.len() >= current.len()
+                && e.files.iter().zip(&current).all(|(a, b)| Arc::ptr_eq(a, b));
             if !same {
                 return Err(Error::corrupt(
                     &lsvps,
@@ -168,17 +212,18 @@ impl Shared {
                     "the index files changed while a prune ran",
                 ));
             }
-            e.files.splice(..replaced.len(), [base]);
+            e.files.splice(from..current.len(), [base]);
+            e.base_files = from + 1;
             e.pruned_below = Some(boundary);
         }
         let mut bytes_removed = 0;
-        for f in &replaced {
+        for f in replaced {
             f.evict_from_cache();
             bytes_removed += f.size();
         }
         let paths: Vec<PathBuf> = replaced.iter().map(|f| f.path().to_path_buf()).collect();
         let files_removed = paths.len() as u64;
-        drop(replaced);
+        drop(current);
         for p in &paths {
             fsutil::remove_file(&*fs, p)?;
         }
@@ -196,13 +241,14 @@ impl Shared {
         }))
     }
 
-    /// Writes the base file of `boundary` to `tmp` (fsynced by `finish`): for each trie, its pages level by level
-    /// (a level's pages in prefix order, so the keys come in file order) with the newest record of each at or below
-    /// `boundary`. Returns its meta and the number of pages.
+    /// Writes the base file of `boundary` to `tmp` (fsynced by `finish`): for each trie, its pages above version
+    /// `skip` level by level (a level's pages in prefix order, so the keys come in file order) with the newest
+    /// record of each at or below `boundary`. Returns its meta and the number of pages.
     #[allow(clippy::too_many_arguments)]
     fn write_base(
         &self,
         roots: &[(TrieId, Version)],
+        skip: Version,
         boundary: Version,
         meta_from: FileMeta,
         tmp: &Path,
@@ -212,18 +258,23 @@ impl Shared {
     ) -> Result<(FileMeta, u64)> {
         let mut w = IndexFileWriter::create(fs, tmp, counters.clone())?;
         let (mut records, mut pages, mut min_version) = (0u64, 0u64, boundary);
-        for &(tid, root_version) in roots {
+        for &(tid, root_version) in roots.iter().filter(|(_, v)| *v > skip) {
             let mut level = vec![(PageId::ROOT, root_version)];
             while !level.is_empty() {
                 let mut next = Vec::new();
                 for batch in level.chunks(PAGES_PER_HOLD) {
-                    let e = self.engine();
+                    let e = self.engine_after_writers();
                     for &(id, version) in batch {
                         let page = ScanSource(&e).load(tid, id, version)?;
                         for (slot, cell) in page.cells() {
-                            if let Cell::Page { version, .. } = cell {
-                                let (c, g) = trie::slot_nibbles(*slot);
-                                next.push((id.child(c, g), *version));
+                            // A child page at or below `skip` (with everything under it: a page's version is at
+                            // least its children's) is unchanged since then, and an older base file holds it.
+                            match cell {
+                                Cell::Page { version, .. } if *version > skip => {
+                                    let (c, g) = trie::slot_nibbles(*slot);
+                                    next.push((id.child(c, g), *version));
+                                }
+                                _ => {}
                             }
                         }
                         for (key, bytes) in base_records(&e, tid, id, version, &page)? {
@@ -241,7 +292,7 @@ impl Shared {
             }
         }
         let meta = FileMeta {
-            min_version: min_version.min(meta_from.min_version),
+            min_version: min_version.min(skip + 1),
             max_version: boundary,
             replay_from: meta_from.replay_from,
             records,

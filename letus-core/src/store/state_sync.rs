@@ -141,8 +141,9 @@ impl Snapshot {
         let mut b = ManifestBuilder::new(SNAPSHOT_TOP_DEPTH, max_pairs);
         let mut after: Option<KeyPath> = None;
         loop {
-            let batch =
-                self.view(|v| v.leaves_after(tid, version, after.as_ref(), LEAVES_PER_BATCH))?;
+            let batch = self.shared.walk_view(Some(self.version), |v| {
+                v.leaves_after(tid, version, after.as_ref(), LEAVES_PER_BATCH)
+            })?;
             for (path, hash) in &batch {
                 b.push_leaf(*path, *hash)
                     .map_err(|e| Error::corrupt("trie walk", 0, e.to_string()))?;
@@ -195,7 +196,7 @@ impl Snapshot {
         // The engine is held while a batch of leaves is found (pages), not while their values are read: the
         // value log's reader is shared without it, so a commit waits at most for one batch's page walk.
         loop {
-            let (batch, dir) = self.view(|v| {
+            let (batch, dir) = self.shared.walk_view(Some(self.version), |v| {
                 v.leaves_in(
                     tid,
                     version,
