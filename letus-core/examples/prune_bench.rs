@@ -51,6 +51,9 @@ struct Args {
     /// are cut, hence how finely the boundary moves).
     #[arg(long, default_value_t = 500)]
     max_replay_millis: u64,
+    /// `Options::prune_garbage_ratio` of the pruned stores.
+    #[arg(long, default_value_t = 1.0)]
+    prune_garbage_ratio: f64,
     /// Where the stores go (default: a temporary directory).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
@@ -167,9 +170,9 @@ fn part_windows(a: &Args, root: &Path) {
     );
     std::fs::remove_dir_all(&fresh_dir).unwrap();
     println!(
-        "| setting | apply time | payment updates/s | commit p50 / p99 / max | prunes | on disk | of which index files | value log | disk / fresh import | index files / fresh import's |"
+        "| setting | apply time | payment updates/s | commit p50 / p99 / max | prunes | on disk as the pruner left it | on disk, pruned to the window | of which index files | value log | disk / fresh import | index files / fresh import's |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut settings: Vec<Option<u64>> = vec![None];
     settings.extend(a.windows.iter().map(|w| Some(*w)));
     for keep in settings {
@@ -178,6 +181,7 @@ fn part_windows(a: &Args, root: &Path) {
             &dir,
             Options {
                 keep_versions: keep,
+                prune_garbage_ratio: a.prune_garbage_ratio,
                 max_replay_millis: a.max_replay_millis,
                 ..Options::default()
             },
@@ -198,6 +202,8 @@ fn part_windows(a: &Args, root: &Path) {
         let apply = started.elapsed().as_secs_f64();
         // A last flush, and one more prune with the window, so that every store is measured settled.
         s.flush().unwrap();
+        // As the background pruner left it (between prunes), then pruned right up to the window.
+        let running = allocated(&dir);
         if let Some(k) = keep {
             while s.prune(k).unwrap().is_some() {}
         }
@@ -213,12 +219,13 @@ fn part_windows(a: &Args, root: &Path) {
             Some(k) => format!("window {k}"),
         };
         println!(
-            "| {name} (oldest held: {}) | {apply:.1} s | {:.0} | {:.1} / {:.1} / {:.1} ms | {prunes} | {} | {} | {} | {:.2}x | {:.2}x |",
+            "| {name} (oldest held: {}) | {apply:.1} s | {:.0} | {:.1} / {:.1} / {:.1} ms | {prunes} | {} | {} | {} | {} | {:.2}x | {:.2}x |",
             oldest.map_or("1".into(), |o| o.to_string()),
             updates as f64 / pay_secs,
             pct(&mut lat, 0.5),
             pct(&mut lat, 0.99),
             pct(&mut lat, 1.0),
+            mib(running),
             mib(total),
             mib(index),
             mib(vlog),

@@ -49,6 +49,11 @@ pub struct Options {
     /// older versions ([`crate::Store::prune`]). `None` (the default) keeps every version (an archive); `Some(0)`
     /// keeps only the latest state. The value log is not pruned by this.
     pub keep_versions: Option<u64>,
+    /// With `keep_versions`: the background pruner prunes once the index files below the window hold this many
+    /// times the bytes of the pages kept from before it (about one copy of the state's pages). Lower keeps less
+    /// history on disk and costs more pruning work; `0.0` prunes as soon as any index file lies below the window
+    /// (above 0, at least 1 MiB of index files is pruned at once).
+    pub prune_garbage_ratio: f64,
     /// Where the store's files live: the local file system ([`crate::storage::local`]) unless a test or an
     /// embedder passes another backend, such as [`crate::storage::faulty::Faulty`].
     pub storage: crate::storage::SharedStorage,
@@ -71,6 +76,7 @@ impl Default for Options {
             read_threads: 32,
             prefetch_delta_chains: false,
             keep_versions: None,
+            prune_garbage_ratio: 1.0,
             storage: crate::storage::local(),
         }
     }

@@ -279,6 +279,7 @@ fn keep_versions_prunes_in_the_background_after_flushes() {
     let keep = 20;
     let popts = Options {
         keep_versions: Some(keep),
+        prune_garbage_ratio: 0.0,
         ..opts(local())
     };
     let mut p = Store::open(dp.path(), popts.clone()).unwrap();

@@ -19,7 +19,7 @@ use serde::Deserialize;
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ServeArgs {
     /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_replay_millis,
-    /// keep_versions, max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
+    /// keep_versions, prune_garbage_ratio, max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
     /// max_concurrent_reads, shutdown_timeout_secs).
     #[arg(long, env = "LETUS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -49,6 +49,11 @@ pub struct ServeArgs {
     /// removed at any restart. The value log is not pruned.
     #[arg(long, env = "LETUS_KEEP_VERSIONS")]
     pub keep_versions: Option<u64>,
+    /// With --keep-versions: prune once the index files below the window hold this many times the bytes of one
+    /// copy of the state's pages (default 1.0; 0 prunes as soon as an index file lies below the window: least
+    /// disk, most pruning work).
+    #[arg(long, env = "LETUS_PRUNE_GARBAGE_RATIO")]
+    pub prune_garbage_ratio: Option<f64>,
     /// Seconds a client has to send a request's head (request line and headers); also the longest an idle
     /// keep-alive connection stays open (default 10).
     #[arg(long, env = "LETUS_HEADER_TIMEOUT_SECS")]
@@ -204,6 +209,7 @@ struct FileConfig {
     memory_budget_bytes: Option<u64>,
     max_replay_millis: Option<u64>,
     keep_versions: Option<u64>,
+    prune_garbage_ratio: Option<f64>,
     max_proof_keys: Option<usize>,
     header_timeout_secs: Option<u64>,
     body_timeout_secs: Option<u64>,
@@ -329,6 +335,14 @@ impl ServeArgs {
             options.max_replay_millis = m;
         }
         options.keep_versions = self.keep_versions.or(file.keep_versions);
+        if let Some(r) = self.prune_garbage_ratio.or(file.prune_garbage_ratio) {
+            if !(r.is_finite() && r >= 0.0) {
+                return Err(format!(
+                    "prune_garbage_ratio must be a number at least 0, not {r}"
+                ));
+            }
+            options.prune_garbage_ratio = r;
+        }
         let mut static_dirs = Vec::new();
         for s in &self.static_dirs {
             let (prefix, dir) = s

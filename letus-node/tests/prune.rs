@@ -98,7 +98,14 @@ fn check(url: &str, digests: &[Value], latest: u64) -> u64 {
 fn a_node_prunes_by_itself_and_letus_prune_prunes_a_stopped_one() {
     let dir = tempfile::tempdir().unwrap();
     // An index file after nearly every block, so that there is something to prune every few blocks.
-    let flags = ["--keep-versions", "10", "--max-replay-millis", "1"];
+    let flags = [
+        "--keep-versions",
+        "10",
+        "--max-replay-millis",
+        "1",
+        "--prune-garbage-ratio",
+        "0",
+    ];
     let (mut node, url) = common::serve_with(dir.path(), TOKEN, &flags);
     let mut digests = Vec::new();
     for v in 1..=80 {

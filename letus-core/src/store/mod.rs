@@ -532,6 +532,7 @@ impl Store {
             .build()
             .map_err(|e| Error::io(&dir, std::io::Error::other(e)))?;
         let keep_versions = engine.opts.keep_versions;
+        let prune_ratio = engine.opts.prune_garbage_ratio;
         let mut store = Store {
             limits: engine.opts.clone(),
             replayed: Replayed {
@@ -554,7 +555,7 @@ impl Store {
             _lock: lock,
         };
         if let Some(keep) = keep_versions {
-            let pruner = prune::Pruner::start(&store.shared, keep)?;
+            let pruner = prune::Pruner::start(&store.shared, keep, prune_ratio)?;
             // A store opened with a window it is already past prunes at once.
             pruner.wake();
             store.pruner = Some(pruner);

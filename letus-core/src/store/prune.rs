@@ -11,8 +11,9 @@
 //!
 //! The base file keeps each of those records under its key, so both kinds of lookup find it where they did: a
 //! BasePage is copied as it is; a DeltaPage `D` at `(page, p)` becomes a BasePage at `(page, p, Base)` holding the
-//! page as of `p` and `D` with that BasePage as its predecessor (entries unchanged), as a consolidation does
-//! (FORMAT.md §2.8). Nothing that is hashed changes, so every root, proof and digest at `v >= B` is the same.
+//! page as of its version `c` at the boundary and `D` with that BasePage as its predecessor (entries unchanged).
+//! Such a page is only ever loaded at `c` from then on (a parent names `c`; a later record's chain applies its own
+//! entries after ours), and `D`'s entries up to `c` re-assign what the BasePage holds. Nothing that is hashed changes, so every root, proof and digest at `v >= B` is the same.
 //!
 //! Incremental: after a first prune at `B0`, the next one at `B1` replaces only the files after the base files,
 //! and its base file covers `(B0, B1]` with the pages changed there. A page at or below `B0` is unchanged since
@@ -55,6 +56,9 @@ impl PruneReport {
     }
 }
 
+/// The least a background prune replaces (see [`Shared::prune_due`]).
+const MIN_PRUNE_BYTES: u64 = 1 << 20;
+
 /// Base files a store keeps before a prune merges them all into one.
 const MAX_BASE_FILES: usize = 32;
 
@@ -72,6 +76,30 @@ fn file_number(f: &IndexFile) -> Result<(u64, u32)> {
 const PAGES_PER_HOLD: usize = 64;
 
 impl Shared {
+    /// Whether the background pruner should prune now: the index files a prune would replace hold at least
+    /// `ratio` times the bytes of the first base file (the last merge's: one copy of the state's pages), and at least
+    /// [`MIN_PRUNE_BYTES`]; with `ratio` 0, whenever an index file lies wholly below the window. A prune writes about what the pruned versions changed, up to a copy of the state, so
+    /// pruning only once that much has accumulated bounds the pruner's work to `1 / ratio` of what the commits
+    /// write; pruning after every flush cost a third of the commit rate on two cores (docs/BENCHMARKS.md).
+    pub(super) fn prune_due(&self, keep: u64, ratio: f64) -> bool {
+        let e = self.engine();
+        let Some(&latest) = e.versions.last() else {
+            return false;
+        };
+        let target = latest.saturating_sub(keep);
+        let n = e.files.partition_point(|f| f.meta().max_version <= target);
+        if n <= e.base_files {
+            return false;
+        }
+        if ratio <= 0.0 {
+            return true;
+        }
+        let prunable: u64 = e.files[e.base_files..n].iter().map(|f| f.size()).sum();
+        // The first base file is the last merge's: every page of the state then.
+        let state = e.files[..e.base_files].first().map_or(0, |f| f.size());
+        prunable >= MIN_PRUNE_BYTES && prunable as f64 >= ratio * state as f64
+    }
+
     /// Prunes every version older than the newest `keep` ones (see the module): `keep = 0` keeps only the state
     /// of the newest flushed version. Returns `None` when no index file lies wholly below that, or the store is
     /// pruned that far already. `progress` gets the number of pages written so far.
@@ -304,7 +332,7 @@ impl Shared {
 
 /// The records of page `id` (whose state at `version`, its newest at or below the boundary, is `page`) that the
 /// base file holds, in key order: its newest record at or below `version`, a BasePage as it is, a DeltaPage `D` at
-/// `p` as a BasePage of the page at `p` followed by `D` pointing at it.
+/// `p` as a BasePage under `(p, Base)` holding `page` followed by `D` pointing at it.
 fn base_records(
     e: &Engine,
     tid: TrieId,
@@ -335,14 +363,10 @@ fn base_records(
             entries,
             ..
         } => {
-            let at_first;
-            let first = if key.version == version {
-                page
-            } else {
-                at_first = e.read_page(tid, id, key.version)?;
-                &at_first
-            };
-            let base = page::encode_base(key.version, 0, first.cells());
+            // The BasePage holds the page as of `version` (not of `p`): from a version at or above the boundary
+            // this page is only ever loaded at `version`, and `D`'s entries up to it, applied over it, assign
+            // what it already holds. It comes from the page already loaded, with no chain replayed or hashed.
+            let base = page::encode_base(key.version, 0, page.cells());
             let delta = page::encode_delta(
                 first_version,
                 since_base,
@@ -428,7 +452,7 @@ pub(super) struct Pruner {
 }
 
 impl Pruner {
-    pub(super) fn start(shared: &Arc<Shared>, keep: u64) -> Result<Pruner> {
+    pub(super) fn start(shared: &Arc<Shared>, keep: u64, ratio: f64) -> Result<Pruner> {
         let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
         let weak = Arc::downgrade(shared);
         let handle = std::thread::Builder::new()
@@ -438,6 +462,9 @@ impl Pruner {
                     let Some(shared) = weak.upgrade() else {
                         return;
                     };
+                    if !shared.prune_due(keep, ratio) {
+                        continue;
+                    }
                     if shared.prune(keep, &mut |_| {}).is_err() {
                         // Nothing was lost: a failed prune leaves the files it would have replaced (FORMAT.md
                         // §2.9). The next commit wakes it to try again.
