@@ -33,6 +33,13 @@ pub struct NodeLimits {
     /// Most read requests computed at once (the others wait their turn without a thread). Reads and commits
     /// share the cores: more reads at once than cores only slows every one of them and starves the writer.
     pub max_concurrent_reads: usize,
+    /// Keep the raw blocks of only the newest this many versions: after each block, the block store's sealed
+    /// segments wholly older than that are deleted (its tail is cut; `None`, the default, keeps every block).
+    /// Older blocks then answer `410 pruned`. The state is pruned separately (`Options::keep_versions`).
+    pub max_traceable_blocks: Option<u64>,
+    /// Size after which the block store seals its segment and starts a new one (default 64 MiB): the unit in
+    /// which its tail is cut and its files move between tiers.
+    pub block_segment_bytes: u64,
 }
 
 impl Default for NodeLimits {
@@ -45,6 +52,8 @@ impl Default for NodeLimits {
             body_timeout: Duration::from_secs(60),
             max_streams: 8,
             max_concurrent_reads: default_concurrent_reads(),
+            max_traceable_blocks: None,
+            block_segment_bytes: BlockStoreOptions::default().segment_bytes,
         }
     }
 }
@@ -172,6 +181,7 @@ impl Node {
             &data.join("blocks"),
             BlockStoreOptions {
                 storage: block_storage,
+                segment_bytes: limits.block_segment_bytes,
                 ..BlockStoreOptions::default()
             },
         )?;
@@ -491,6 +501,14 @@ impl Node {
                 if let Some(t) = &self.tiers {
                     t.note_version(req_version);
                 }
+                if let Some(n) = self.limits.max_traceable_blocks {
+                    // Whole segments only, so this is a few unlinks now and then. A failure leaves the block
+                    // store poisoned, and the next write reopens it, as after a failed append.
+                    let below = (req_version + 1).saturating_sub(n.max(1));
+                    if let Err(e) = self.blocks().cut_tail(below) {
+                        tracing::warn!(error = %e, "cutting the block store's tail failed");
+                    }
+                }
                 Ok(DigestsResponse {
                     version: req_version,
                     digests,
@@ -741,10 +759,21 @@ impl Node {
 
     /// The stored raw block.
     pub fn block(&self, version: Version) -> Result<BlockResponse, ApiError> {
-        match self.blocks().get(version)? {
+        let (got, cut) = {
+            let blocks = self.blocks();
+            let cut = blocks
+                .first_version()
+                .filter(|&first| blocks.tail_cut() && version < first);
+            (blocks.get(version)?, cut)
+        };
+        match got {
             Some(b) => Ok(BlockResponse {
                 version,
                 block: hex(&b.block),
+            }),
+            None if cut.is_some() => Err(ApiError::Pruned {
+                version,
+                oldest: cut.unwrap_or(version),
             }),
             None => match self.reader().snapshot().oldest_version() {
                 Some(oldest) if version < oldest => {

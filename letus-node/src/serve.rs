@@ -19,7 +19,7 @@ use serde::Deserialize;
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ServeArgs {
     /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_replay_millis,
-    /// keep_versions, prune_garbage_ratio, max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
+    /// keep_versions, prune_garbage_ratio, max_traceable_blocks, block_segment_bytes, max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
     /// max_concurrent_reads, shutdown_timeout_secs).
     #[arg(long, env = "LETUS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -54,6 +54,14 @@ pub struct ServeArgs {
     /// disk, most pruning work).
     #[arg(long, env = "LETUS_PRUNE_GARBAGE_RATIO")]
     pub prune_garbage_ratio: Option<f64>,
+    /// Keep the raw blocks of only the newest N versions: older block-store segments are deleted whole as the
+    /// chain grows (default: keep every block). Older blocks answer `410 pruned`.
+    #[arg(long, env = "LETUS_MAX_TRACEABLE_BLOCKS")]
+    pub max_traceable_blocks: Option<u64>,
+    /// Size at which the block store starts a new segment file (default 64 MiB): the tail is cut, and files move
+    /// between tiers, a whole segment at a time.
+    #[arg(long, env = "LETUS_BLOCK_SEGMENT_BYTES")]
+    pub block_segment_bytes: Option<u64>,
     /// Seconds a client has to send a request's head (request line and headers); also the longest an idle
     /// keep-alive connection stays open (default 10).
     #[arg(long, env = "LETUS_HEADER_TIMEOUT_SECS")]
@@ -210,6 +218,8 @@ struct FileConfig {
     max_replay_millis: Option<u64>,
     keep_versions: Option<u64>,
     prune_garbage_ratio: Option<f64>,
+    max_traceable_blocks: Option<u64>,
+    block_segment_bytes: Option<u64>,
     max_proof_keys: Option<usize>,
     header_timeout_secs: Option<u64>,
     body_timeout_secs: Option<u64>,
@@ -277,6 +287,16 @@ impl ServeArgs {
         if let Some(k) = file.max_proof_keys {
             limits.max_proof_keys = k;
         }
+        if let Some(b) = positive(
+            "block_segment_bytes",
+            self.block_segment_bytes.or(file.block_segment_bytes),
+        )? {
+            limits.block_segment_bytes = b;
+        }
+        limits.max_traceable_blocks = positive(
+            "max_traceable_blocks",
+            self.max_traceable_blocks.or(file.max_traceable_blocks),
+        )?;
         let secs = |name: &str, flag: Option<u64>, file: Option<u64>| {
             positive(name, flag.or(file)).map(|s| s.map(Duration::from_secs))
         };

@@ -105,6 +105,10 @@ fn a_node_prunes_by_itself_and_letus_prune_prunes_a_stopped_one() {
         "1",
         "--prune-garbage-ratio",
         "0",
+        "--max-traceable-blocks",
+        "30",
+        "--block-segment-bytes",
+        "512",
     ];
     let (mut node, url) = common::serve_with(dir.path(), TOKEN, &flags);
     let mut digests = Vec::new();
@@ -133,6 +137,22 @@ fn a_node_prunes_by_itself_and_letus_prune_prunes_a_stopped_one() {
         .parse()
         .unwrap();
     assert!(prunes >= 1, "{metrics}");
+
+    // The block store's tail is cut a whole segment at a time: the newest 30 blocks are always there, the oldest
+    // are `410 pruned` with the oldest block held.
+    let (s, b1) = get(&url, "/v1/blocks/1");
+    assert_eq!(
+        (s, b1["error"]["code"].as_str()),
+        (410, Some("pruned")),
+        "{b1}"
+    );
+    let oldest_block = b1["error"]["oldest"].as_u64().unwrap();
+    assert!((2..=51).contains(&oldest_block), "{b1}");
+    for v in oldest_block..=80 {
+        let (s, r) = get(&url, &format!("/v1/blocks/{v}"));
+        assert_eq!(s, 200, "block {v}: {r}");
+        assert_eq!(r["block"], hex(format!("block {v}").as_bytes()));
+    }
 
     // SIGKILL, restart: the boundary holds, the chain goes on, and pruning with it.
     node.kill().unwrap();

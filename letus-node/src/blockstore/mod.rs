@@ -380,6 +380,40 @@ impl BlockStore {
         Ok(())
     }
 
+    /// Cuts the tail: deletes the sealed segments whose blocks are all below `below`, lowest id first, fsyncing
+    /// the directory after each (BLOCKSTORE-FORMAT.md §7: a crash leaves the ids contiguous from the new lowest).
+    /// The active segment is never deleted, so blocks below `below` may stay in the oldest segment left. Returns
+    /// the segments and bytes removed. A failure poisons the store as a write would.
+    pub fn cut_tail(&mut self, below: u64) -> Result<(u64, u64)> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        let (mut segments, mut bytes) = (0, 0);
+        while self.segments.len() > 1
+            && self.segments[0].sealed
+            && self.segments[0].versions.last().is_some_and(|&l| l < below)
+        {
+            let seg = self.segments.remove(0);
+            let (path, len) = (seg.path.clone(), seg.len);
+            drop(seg);
+            let r = fsutil::remove_file(&*self.opts.storage, &path)
+                .and_then(|()| fsutil::sync_dir(&*self.opts.storage, &self.dir));
+            if let Err(e) = r {
+                self.poisoned = true;
+                return Err(e);
+            }
+            segments += 1;
+            bytes += len;
+        }
+        Ok((segments, bytes))
+    }
+
+    /// Whether the tail was ever cut (the oldest segment is not the first one written): blocks below
+    /// [`BlockStore::first_version`] were stored once and are gone.
+    pub fn tail_cut(&self) -> bool {
+        self.segments.first().is_some_and(|s| s.id > 1)
+    }
+
     /// Total size of the segment files in bytes.
     pub fn disk_bytes(&self) -> u64 {
         self.segments.iter().map(|s| s.len).sum()

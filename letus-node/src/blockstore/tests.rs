@@ -792,3 +792,53 @@ fn blockstore_garbage_never_panics() {
         }
     }
 }
+
+#[test]
+fn cutting_the_tail_removes_whole_old_segments_and_survives_a_crash_between_removals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("blocks");
+    let all = versions(80);
+    let mut s = BlockStore::open(&dir, fast(300)).unwrap();
+    append_all(&mut s, &all);
+    let before = s.segments();
+    assert!(before.len() >= 6, "{before:?}");
+    assert!(!s.tail_cut());
+    let below = all[50];
+    let (segments, bytes) = s.cut_tail(below).unwrap();
+    let after = s.segments();
+    // Exactly the sealed segments wholly below `below` went, oldest first.
+    let gone: Vec<_> = before
+        .iter()
+        .take_while(|i| i.sealed && i.last_version.is_some_and(|l| l < below))
+        .collect();
+    assert_eq!(segments as usize, gone.len());
+    assert!(segments >= 2, "{before:?}");
+    assert_eq!(bytes, gone.iter().map(|i| i.bytes).sum::<u64>());
+    assert_eq!(after.len(), before.len() - gone.len());
+    assert!(s.tail_cut());
+    let first = s.first_version().unwrap();
+    assert!(first <= below && first > all[0]);
+    for &v in &all {
+        let got = s.get(v).unwrap();
+        if v < first {
+            assert_eq!(got, None, "{v}");
+        } else {
+            assert_eq!(got, Some(record_of(v)), "{v}");
+        }
+    }
+    // Cutting again to the same place does nothing; appends go on.
+    assert_eq!(s.cut_tail(below).unwrap(), (0, 0));
+    s.append(1_000, hash_of(1_000), &block_of(1_000)).unwrap();
+    drop(s);
+    // A crash after the removal of only the oldest of the next segments to cut: the ids are still contiguous
+    // from the new lowest, and the store opens with every block from there.
+    let ids = segment_ids_on_disk(&dir);
+    std::fs::remove_file(seg(&dir, ids[0])).unwrap();
+    let s = BlockStore::open(&dir, fast(300)).unwrap();
+    assert_eq!(segment_ids_on_disk(&dir)[0], ids[1]);
+    let first = s.first_version().unwrap();
+    for &v in all.iter().filter(|&&v| v >= first) {
+        assert_eq!(s.get(v).unwrap(), Some(record_of(v)), "{v}");
+    }
+    assert_eq!(s.latest_version(), Some(1_000));
+}
