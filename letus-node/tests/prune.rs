@@ -209,3 +209,75 @@ fn a_node_prunes_by_itself_and_letus_prune_prunes_a_stopped_one() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// SIGKILLs while the node prunes after every block (`--prune-garbage-ratio 0`, an index file per block): each
+/// kill lands a few milliseconds after a block was acknowledged, when the pruner that block woke is running. After
+/// every restart each acknowledged version's digest is the one its write returned, the state reads from the
+/// boundary on, and below it answers `pruned`. `LETUS_PRUNE_KILLS` sets the number of kills (default 12).
+#[test]
+fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
+    let kills: u64 = std::env::var("LETUS_PRUNE_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12);
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [
+        "--keep-versions",
+        "3",
+        "--max-replay-millis",
+        "1",
+        "--prune-garbage-ratio",
+        "0",
+        "--max-traceable-blocks",
+        "5",
+        "--block-segment-bytes",
+        "512",
+    ];
+    let mut rng = letus_workload::Rng::new(99);
+    let mut digests: Vec<Value> = Vec::new();
+    let mut pruned_seen = false;
+    for round in 0..=kills {
+        let (mut node, url) = common::serve_with(dir.path(), TOKEN, &flags);
+        let acked = digests.len() as u64;
+        // Everything acknowledged is there, with the digest its write returned.
+        let (s, d) = get(&url, "/v1/digest");
+        if acked > 0 {
+            assert_eq!(s, 200);
+            assert_eq!(d["version"], acked, "round {round}");
+        }
+        for v in 1..=acked {
+            let (s, d) = get(&url, &format!("/v1/digest/{v}"));
+            assert_eq!(s, 200, "round {round}: digest {v}");
+            assert_eq!(
+                d["digests"],
+                digests[v as usize - 1]["digests"],
+                "round {round}: {v}"
+            );
+        }
+        if acked > 0 {
+            let b = oldest(&url);
+            pruned_seen |= b.is_some();
+            let b = b.unwrap_or(1);
+            assert!(b <= acked, "round {round}: boundary {b} above {acked}");
+            for v in b..=acked {
+                let (s, r) = get(
+                    &url,
+                    &format!("/v1/tries/0/keys/{}?version={v}", key(v % 300)),
+                );
+                assert_eq!(s, 200, "round {round}: read at {v}: {r}");
+            }
+        }
+        if round == kills {
+            node.kill().unwrap();
+            node.wait().unwrap();
+            break;
+        }
+        for _ in 0..3 + rng.below(20) {
+            digests.push(post_block(&url, digests.len() as u64 + 1));
+        }
+        std::thread::sleep(Duration::from_millis(rng.below(15)));
+        node.kill().unwrap();
+        node.wait().unwrap();
+    }
+    assert!(pruned_seen, "the node never pruned");
+}
