@@ -46,6 +46,20 @@ fn open_state(data: &std::path::Path, tiers: &crate::serve::TierFlags) -> Result
     })
 }
 
+/// A spinner counting with `template`, hidden when the output is machine-readable.
+fn spinner(hidden: bool, template: &str) -> indicatif::ProgressBar {
+    let bar = if hidden {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new_spinner()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar
+}
+
 fn parse_root(s: &str) -> Result<Hash, String> {
     Hash::from_hex(s).ok_or_else(|| format!("--root `{s}` is not 64 hex digits"))
 }
@@ -126,17 +140,7 @@ fn verify_checked(a: &VerifyArgs) -> Result<ExitCode, VerifyError> {
         }
         Err(e) => return Err(verify_error("internal")(e.to_string())),
     }
-    let bar = if a.json {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new_spinner()
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} {pos} keys verified {per_sec} {elapsed}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-    );
+    let bar = spinner(a.json, "{spinner} {pos} keys verified {per_sec} {elapsed}");
     let started = std::time::Instant::now();
     let result =
         store.verify_full_with_progress(a.tid, version, &root, &mut |n| bar.set_position(n));
@@ -198,16 +202,9 @@ pub struct PruneArgs {
 pub fn prune(a: PruneArgs) -> Result<ExitCode, String> {
     let store = open_state(&a.data, &a.tiers)?;
     let before = store.disk_bytes();
-    let bar = if a.json {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new_spinner()
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} {pos} pages of the boundary version written {per_sec} {elapsed}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    let bar = spinner(
+        a.json,
+        "{spinner} {pos} pages of the boundary version written {per_sec} {elapsed}",
     );
     let started = std::time::Instant::now();
     let result = store
