@@ -33,13 +33,9 @@ fn post_block(url: &str, v: u64) -> Value {
         block: Some(hex(format!("block {v}").as_bytes())),
         access_list: vec![],
     };
-    let mut res = agent()
-        .post(format!("{url}/v1/blocks"))
-        .header("authorization", format!("Bearer {TOKEN}"))
-        .send_json(req)
-        .unwrap();
-    assert_eq!(res.status(), 200, "block {v}");
-    res.body_mut().read_json().unwrap()
+    let (status, body) = common::post_block(url, TOKEN, &req);
+    assert_eq!(status, 200, "block {v}: {body}");
+    body
 }
 
 fn get(url: &str, path: &str) -> (u16, Value) {

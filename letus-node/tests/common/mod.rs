@@ -57,3 +57,23 @@ pub fn agent() -> ureq::Agent {
         .build()
         .into()
 }
+
+/// Posts `block` to the node at `url` with the write token `token`: the status and the JSON body.
+pub fn post_block(
+    url: &str,
+    token: &str,
+    block: &letus_node::api::BlockRequest,
+) -> (u16, serde_json::Value) {
+    let mut res = agent()
+        .post(format!("{url}/v1/blocks"))
+        .header("authorization", format!("Bearer {token}"))
+        .send_json(block)
+        .expect("the node answers");
+    let status = res.status().as_u16();
+    (
+        status,
+        res.body_mut()
+            .read_json()
+            .unwrap_or(serde_json::Value::Null),
+    )
+}
