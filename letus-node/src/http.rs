@@ -31,6 +31,11 @@ use tokio::time::{Instant, Sleep};
 
 use crate::wire::JsonErrors;
 
+/// The largest request head (request line and headers) the node parses; above it, 431 `headers_too_large`.
+/// hyper's own buffer limit alone is soft (a head that arrives in one large read can pass it), so this is the
+/// hard one. It is above the 65,534-byte URI limit, so that a long URI still answers 414.
+pub const MAX_HEADER_BYTES: usize = 128 * 1024;
+
 /// Timeouts of the connection loop.
 #[derive(Clone, Debug)]
 pub struct ServerSettings {
@@ -88,6 +93,7 @@ pub async fn serve(
                     let conn = hyper::server::conn::http1::Builder::new()
                         .timer(TokioTimer::new())
                         .header_read_timeout(header_timeout)
+                        .max_header_size(MAX_HEADER_BYTES)
                         .serve_connection(io, service);
                     tokio::pin!(conn);
                     tokio::select! {

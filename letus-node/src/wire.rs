@@ -1,5 +1,5 @@
 //! JSON bodies for the errors that hyper answers by itself, before a request reaches the router: a request line
-//! that is not HTTP (400), a URI above 65,534 bytes (414), headers above hyper's buffer (431). hyper writes these
+//! that is not HTTP (400), a URI above 65,534 bytes (414), a request head above `http::MAX_HEADER_BYTES` or with more than 100 headers (431). hyper writes these
 //! as a bare head (`connection: close`, `content-length: 0`) and closes the connection; [`JsonErrorListener`]
 //! wraps each accepted connection so that such a head, when it is the last thing in a write, is replaced by the
 //! same status with the API's `{"error": {"code", "message"}}` body. Every other byte passes through untouched.
