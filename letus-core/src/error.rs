@@ -59,6 +59,13 @@ pub enum Error {
         /// The oldest version whose state the store still holds.
         oldest: Version,
     },
+    /// A value-log record in a data file that value-log GC deleted. Reads at versions the store still holds never
+    /// see this (GC deletes a file only once every version that refers to it is pruned); a read that raced the
+    /// prune that made its version pruned answers [`Error::Pruned`] instead.
+    Collected {
+        /// The data file's id.
+        file_id: u32,
+    },
     /// A snapshot chunk above the size the caller allows.
     ChunkTooLarge {
         /// Its encoded size so far.
@@ -144,6 +151,10 @@ impl fmt::Display for Error {
             Error::Pruned { version, oldest } => write!(
                 f,
                 "version {version} is pruned: the oldest version whose state this store holds is {oldest}"
+            ),
+            Error::Collected { file_id } => write!(
+                f,
+                "value-log data file {file_id} was deleted by garbage collection"
             ),
             Error::ChunkTooLarge { bytes, limit } => write!(
                 f,

@@ -71,7 +71,7 @@ pub fn value_log(dir: &Path, bytes: &[u8]) -> Result<u64> {
         },
         std::sync::Arc::new(Counters::default()),
         Position::START,
-        |_, _| {
+        |_, _, _| {
             records += 1;
             Ok(())
         },

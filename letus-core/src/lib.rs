@@ -36,6 +36,6 @@ pub use letus_verify as verify;
 pub use letus_verify::{Digest, Hash, Proof, TrieId, Version};
 pub use options::{MemorySplit, Options};
 pub use store::{
-    FullVerification, HistoryEntry, HistoryPage, MemoryUse, PruneReport, Reader, Replayed,
-    Snapshot, Store,
+    FullVerification, GcReport, HistoryEntry, HistoryPage, MemoryUse, PruneReport, Reader,
+    Replayed, Snapshot, Store,
 };

@@ -40,6 +40,18 @@ pub struct Counters {
     pub pruned_pages: AtomicU64,
     /// Background prunes that failed (and will be tried again).
     pub prune_errors: AtomicU64,
+    /// Value-log GC passes (each an accounting walk of the newest state).
+    pub vlog_gc_passes: AtomicU64,
+    /// Value records moved by commits out of value-log files GC is emptying.
+    pub vlog_moved_records: AtomicU64,
+    /// Bytes of those moved records.
+    pub vlog_moved_bytes: AtomicU64,
+    /// Value-log data files deleted by GC.
+    pub vlog_files_deleted: AtomicU64,
+    /// Bytes of those files.
+    pub vlog_bytes_deleted: AtomicU64,
+    /// Background value-log GC passes that failed (and will be tried again).
+    pub vlog_gc_errors: AtomicU64,
 }
 
 impl Counters {
@@ -68,6 +80,12 @@ impl Counters {
             pruned_bytes: self.pruned_bytes.load(Relaxed),
             pruned_pages: self.pruned_pages.load(Relaxed),
             prune_errors: self.prune_errors.load(Relaxed),
+            vlog_gc_passes: self.vlog_gc_passes.load(Relaxed),
+            vlog_moved_records: self.vlog_moved_records.load(Relaxed),
+            vlog_moved_bytes: self.vlog_moved_bytes.load(Relaxed),
+            vlog_files_deleted: self.vlog_files_deleted.load(Relaxed),
+            vlog_bytes_deleted: self.vlog_bytes_deleted.load(Relaxed),
+            vlog_gc_errors: self.vlog_gc_errors.load(Relaxed),
         }
     }
 }
@@ -93,6 +111,12 @@ pub struct Snapshot {
     pub pruned_bytes: u64,
     pub pruned_pages: u64,
     pub prune_errors: u64,
+    pub vlog_gc_passes: u64,
+    pub vlog_moved_records: u64,
+    pub vlog_moved_bytes: u64,
+    pub vlog_files_deleted: u64,
+    pub vlog_bytes_deleted: u64,
+    pub vlog_gc_errors: u64,
 }
 
 impl std::ops::Sub for Snapshot {
@@ -116,6 +140,12 @@ impl std::ops::Sub for Snapshot {
             pruned_bytes: self.pruned_bytes - o.pruned_bytes,
             pruned_pages: self.pruned_pages - o.pruned_pages,
             prune_errors: self.prune_errors - o.prune_errors,
+            vlog_gc_passes: self.vlog_gc_passes - o.vlog_gc_passes,
+            vlog_moved_records: self.vlog_moved_records - o.vlog_moved_records,
+            vlog_moved_bytes: self.vlog_moved_bytes - o.vlog_moved_bytes,
+            vlog_files_deleted: self.vlog_files_deleted - o.vlog_files_deleted,
+            vlog_bytes_deleted: self.vlog_bytes_deleted - o.vlog_bytes_deleted,
+            vlog_gc_errors: self.vlog_gc_errors - o.vlog_gc_errors,
         }
     }
 }

@@ -47,13 +47,19 @@ pub struct Options {
     pub prefetch_delta_chains: bool,
     /// Keep the state of only the newest `n` versions: after each flush, a background thread prunes the pages of
     /// older versions ([`crate::Store::prune`]). `None` (the default) keeps every version (an archive); `Some(0)`
-    /// keeps only the latest state. The value log is not pruned by this.
+    /// keeps only the latest state. The pruner also runs value-log GC after each prune (see `vlog_gc_garbage`).
     pub keep_versions: Option<u64>,
     /// With `keep_versions`: the background pruner prunes once the index files below the window hold this many
     /// times the bytes of the pages kept from before it (about one copy of the state's pages). Lower keeps less
     /// history on disk and costs more pruning work; `0.0` prunes as soon as any index file lies below the window
     /// (above 0, at least 1 MiB of index files is pruned at once).
     pub prune_garbage_ratio: f64,
+    /// Value-log GC ([`crate::Store::vlog_gc`]): a sealed value-log file whose bytes are at least this fraction
+    /// garbage (not referenced by the newest state) has its live records moved by the next commits, so that the
+    /// file can be deleted once the versions that still read it are pruned. Files with nothing live are deleted
+    /// whatever this is. `1.0` moves nothing; the default `0.5` bounds the value log's sealed files to about
+    /// twice their live bytes, at a cost of at most one extra write of each live byte per pass.
+    pub vlog_gc_garbage: f64,
     /// Where the store's files live: the local file system ([`crate::storage::local`]) unless a test or an
     /// embedder passes another backend, such as [`crate::storage::faulty::Faulty`].
     pub storage: crate::storage::SharedStorage,
@@ -77,6 +83,7 @@ impl Default for Options {
             prefetch_delta_chains: false,
             keep_versions: None,
             prune_garbage_ratio: 1.0,
+            vlog_gc_garbage: 0.5,
             storage: crate::storage::local(),
         }
     }

@@ -183,7 +183,7 @@ fn a_checksum_valid_group_that_writes_a_key_twice_is_corruption_not_a_hang() {
         VdlsOptions::default(),
         std::sync::Arc::new(Counters::default()),
         Position::START,
-        |_, _| Ok(()),
+        |_, _, _| Ok(()),
     )
     .unwrap();
     for value in [b"2", b"3"] {

@@ -144,6 +144,41 @@ fn compare(a: &Store, p: &Store, latest: u64) {
     }
 }
 
+/// History: the entries above the boundary, then the one that holds the key's state at the boundary; asking for
+/// older ones answers `Pruned`.
+fn compare_history(a: &Store, p: &Store) {
+    let boundary = p.pruned_below().unwrap_or(0);
+    for k in probe_keys().iter().take(40) {
+        for tid in TRIES {
+            let full = a.history(tid, k, None, 10_000).unwrap().entries;
+            let mut got = Vec::new();
+            let mut before = None;
+            loop {
+                match p.history(tid, k, before, 3) {
+                    Ok(page) => {
+                        got.extend(page.entries);
+                        match page.next {
+                            Some(n) => before = Some(n),
+                            None => break,
+                        }
+                    }
+                    Err(Error::Pruned { oldest, .. }) => {
+                        assert_eq!(oldest, boundary);
+                        break;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            let kept = full.iter().take_while(|e| e.version > boundary).count();
+            let expected = &full[..(kept + 1).min(full.len())];
+            assert_eq!(
+                got, expected,
+                "history of {tid}/{k:?} with boundary {boundary}"
+            );
+        }
+    }
+}
+
 fn index_files(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir.join("lsvps"))
         .unwrap()
@@ -233,38 +268,8 @@ fn a_pruned_store_reads_as_the_archive_at_every_version_it_keeps() {
     );
     compare(&a, &p, 240);
 
-    // History: the entries above the boundary, then the one that holds the key's state at the boundary; asking
-    // for older ones answers `Pruned`.
+    compare_history(&a, &p);
     let boundary = p.pruned_below().unwrap();
-    for k in probe_keys().iter().take(40) {
-        for tid in TRIES {
-            let full = a.history(tid, k, None, 10_000).unwrap().entries;
-            let mut got = Vec::new();
-            let mut before = None;
-            loop {
-                match p.history(tid, k, before, 3) {
-                    Ok(page) => {
-                        got.extend(page.entries);
-                        match page.next {
-                            Some(n) => before = Some(n),
-                            None => break,
-                        }
-                    }
-                    Err(Error::Pruned { oldest, .. }) => {
-                        assert_eq!(oldest, boundary);
-                        break;
-                    }
-                    Err(e) => panic!("{e}"),
-                }
-            }
-            let kept = full.iter().take_while(|e| e.version > boundary).count();
-            let expected = &full[..(kept + 1).min(full.len())];
-            assert_eq!(
-                got, expected,
-                "history of {tid}/{k:?} with boundary {boundary}"
-            );
-        }
-    }
 
     drop(p);
     let p = Store::open(dp.path(), opts(local())).unwrap();
@@ -280,7 +285,8 @@ fn keep_versions_prunes_in_the_background_after_flushes() {
     let popts = Options {
         keep_versions: Some(keep),
         prune_garbage_ratio: 0.0,
-        ..opts(local())
+        // Value-log GC runs after each prune, beside the commits that move its records.
+        ..gc_opts(local())
     };
     let mut p = Store::open(dp.path(), popts.clone()).unwrap();
     let seed = 11;
@@ -300,10 +306,18 @@ fn keep_versions_prunes_in_the_background_after_flushes() {
     // Whatever the pruner still had to do is done once a prune finds nothing (prunes take turns): the boundary
     // no longer moves while the comparison reads it.
     while p.prune(keep).unwrap().is_some() {}
+    let m = p.metrics();
+    assert!(
+        m.vlog_gc_passes >= 2 && m.vlog_files_deleted >= 1 && m.vlog_moved_records >= 1,
+        "{m:?}"
+    );
+    assert_eq!(m.vlog_gc_errors, 0);
     compare(&a, &p, 200);
+    compare_history(&a, &p);
     drop(p);
     let p = Store::open(dp.path(), popts).unwrap();
     compare(&a, &p, 200);
+    compare_history(&a, &p);
 }
 
 /// A power cut at every mutation of one prune: after the crash the store opens, is pruned at the old boundary or
@@ -377,5 +391,202 @@ fn a_power_cut_anywhere_in_a_prune_loses_nothing() {
         compare(&a, &s, versions + 5);
     }
     // Cuts before the manifest is durable leave the old boundary, later ones the new.
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+}
+
+/// Options for value-log GC: data files of 16 KiB, so that a few hundred versions fill dozens.
+fn gc_opts(storage: SharedStorage) -> Options {
+    Options {
+        vdls_file_bytes: 16 * 1024,
+        ..opts(storage)
+    }
+}
+
+fn vdls_ids(dir: &Path) -> Vec<u32> {
+    let mut v: Vec<u32> = std::fs::read_dir(dir.join("vdls"))
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().into_string().unwrap();
+            n.strip_suffix(".vdl").map(|s| s.parse().unwrap())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The record bytes the newest state of `a` refers to, from its values alone: a Put record per present key, a
+/// Delete record per key whose last write deleted it (its tombstone). The GC's accounting must find exactly this.
+fn live_bytes_of(a: &Store) -> u64 {
+    let mut live = 0;
+    for i in 0..KEYS {
+        let k = key(i);
+        for tid in TRIES {
+            if let Some(e) = a.history(tid, &k, None, 1).unwrap().entries.first() {
+                live += match &e.value {
+                    Some(v) => u64::from(letus_core::vdls::put_record_len(k.len(), v.len())),
+                    None => 41 + k.len() as u64,
+                };
+            }
+        }
+    }
+    live
+}
+
+#[test]
+fn value_log_gc_deletes_files_no_kept_version_reads_and_moves_the_rest() {
+    let (da, dp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = Store::open(da.path(), gc_opts(local())).unwrap();
+    let mut p = Store::open(dp.path(), gc_opts(local())).unwrap();
+    let seed = 11;
+    let mut reports = Vec::new();
+    for v in 1..=300 {
+        commit(&mut a, seed, v).unwrap();
+        commit(&mut p, seed, v).unwrap();
+        if v % 15 == 0 {
+            p.prune(10).unwrap();
+            let r = p.vlog_gc().unwrap();
+            assert_eq!(r.version, v);
+            // Exact accounting: the bytes the newest state refers to, whatever moved where.
+            assert_eq!(r.live_bytes, live_bytes_of(&a), "{r:?}");
+            reports.push(r);
+        }
+        if v % 75 == 0 {
+            compare(&a, &p, v);
+            compare_history(&a, &p);
+        }
+    }
+    let m = p.metrics();
+    assert!(m.vlog_files_deleted >= 5, "{m:?}\n{reports:?}");
+    assert!(m.vlog_moved_records > 0, "{m:?}");
+    assert!(reports.iter().any(|r| r.moves_queued > 0));
+    // The files gone are the ones GC deleted, and the log is far smaller than the archive's.
+    let ids = vdls_ids(dp.path());
+    let missing = (1..=*ids.last().unwrap())
+        .filter(|i| !ids.contains(i))
+        .count();
+    assert_eq!(missing as u64, m.vlog_files_deleted, "{ids:?}");
+    let vdls_bytes = |d: &Path| -> u64 {
+        std::fs::read_dir(d.join("vdls"))
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum()
+    };
+    assert!(
+        2 * vdls_bytes(dp.path()) < vdls_bytes(da.path()),
+        "{} against {}",
+        vdls_bytes(dp.path()),
+        vdls_bytes(da.path())
+    );
+    let last = reports.last().unwrap();
+    // Sealed files are at least half live (the default threshold), so the log holds at most about twice the live
+    // bytes plus the active file and the retired files waiting for the boundary.
+    assert!(last.log_bytes < 4 * last.live_bytes + 64 * 1024, "{last:?}");
+    compare(&a, &p, 300);
+    compare_history(&a, &p);
+
+    // Reopened: the collected list explains the missing ids, the moved records replay.
+    drop(p);
+    let mut p = Store::open(dp.path(), gc_opts(local())).unwrap();
+    compare(&a, &p, 300);
+    compare_history(&a, &p);
+    for v in 301..=320 {
+        commit(&mut a, seed, v).unwrap();
+        commit(&mut p, seed, v).unwrap();
+    }
+    p.prune(5).unwrap();
+    p.vlog_gc().unwrap();
+    compare(&a, &p, 320);
+    compare_history(&a, &p);
+
+    // A data file missing that GC did not delete is corruption, not silently skipped.
+    drop(p);
+    let ids = vdls_ids(dp.path());
+    let victim = ids[ids.len() / 2];
+    std::fs::remove_file(dp.path().join("vdls").join(format!("{victim:06}.vdl"))).unwrap();
+    match Store::open(dp.path(), gc_opts(local())) {
+        Err(Error::Corrupt { what, .. }) => assert!(what.contains("missing"), "{what}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn a_power_cut_anywhere_in_a_value_log_deletion_loses_nothing() {
+    let seed = 13;
+    let versions = 120;
+    let da = tempfile::tempdir().unwrap();
+    let mut a = Store::open(da.path(), gc_opts(local())).unwrap();
+    for v in 1..=versions + 10 {
+        commit(&mut a, seed, v).unwrap();
+    }
+    let template = tempfile::tempdir().unwrap();
+    {
+        let mut s = Store::open(template.path(), gc_opts(local())).unwrap();
+        for v in 1..=versions {
+            commit(&mut s, seed, v).unwrap();
+        }
+        s.prune(20).unwrap().unwrap();
+        s.close().unwrap();
+    }
+    let copy = |to: &Path| {
+        for sub in ["", "lsvps", "vdls"] {
+            std::fs::create_dir_all(to.join(sub)).unwrap();
+            for e in std::fs::read_dir(template.path().join(sub)).unwrap() {
+                let e = e.unwrap();
+                if e.file_type().unwrap().is_file() {
+                    std::fs::copy(e.path(), to.join(sub).join(e.file_name())).unwrap();
+                }
+            }
+        }
+    };
+    // Queues moves, commits them, retires the files the newest state then does not refer to, and moves the
+    // boundary past that: the next pass deletes them.
+    let ready = |s: &mut Store| {
+        s.vlog_gc().unwrap();
+        for v in versions + 1..=versions + 5 {
+            commit(s, seed, v).unwrap();
+        }
+        let r = s.vlog_gc().unwrap();
+        assert!(r.files_retired > 0, "{r:?}");
+        s.flush().unwrap();
+        s.prune(0).unwrap().unwrap();
+        assert!(s.pruned_below().unwrap() >= r.version);
+    };
+    let mutations = {
+        let d = tempfile::tempdir().unwrap();
+        copy(d.path());
+        let fs = Faulty::new(local(), 0);
+        let mut s = Store::open(d.path(), gc_opts(fs.shared())).unwrap();
+        ready(&mut s);
+        fs.reset_counts();
+        let r = s.vlog_gc().unwrap();
+        assert!(r.files_deleted > 0, "{r:?}");
+        fs.counts().of(Fault::PowerCut)
+    };
+    assert!(mutations >= 4, "{mutations}");
+    let mut outcomes = BTreeMap::new();
+    for cut in 0..mutations {
+        let d = tempfile::tempdir().unwrap();
+        copy(d.path());
+        let fs = Faulty::new(local(), cut);
+        let mut s = Store::open(d.path(), gc_opts(fs.shared())).unwrap();
+        ready(&mut s);
+        let before = vdls_ids(d.path()).len();
+        fs.reset_counts();
+        fs.arm(Fault::PowerCut, cut);
+        assert!(s.vlog_gc().is_err(), "cut {cut} did not fire");
+        drop(s);
+        fs.crash().unwrap();
+        let mut s = Store::open(d.path(), gc_opts(local())).unwrap();
+        // Either no file is gone, or (the list was durable) every listed one is.
+        let after = vdls_ids(d.path()).len();
+        *outcomes.entry(after < before).or_insert(0) += 1;
+        compare(&a, &s, versions + 5);
+        for v in versions + 6..=versions + 10 {
+            commit(&mut s, seed, v).unwrap();
+            assert_eq!(s.digest(0, v).unwrap(), a.digest(0, v).unwrap());
+        }
+        compare(&a, &s, versions + 10);
+        compare_history(&a, &s);
+    }
     assert_eq!(outcomes.len(), 2, "{outcomes:?}");
 }

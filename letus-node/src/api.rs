@@ -338,4 +338,12 @@ pub struct PruneResponse {
     pub base_bytes: u64,
     /// Pages written to it.
     pub pages: u64,
+    /// Value-log bytes after the GC pass that follows the prune.
+    pub vlog_bytes: u64,
+    /// Of those, the record bytes the newest state refers to.
+    pub vlog_live_bytes: u64,
+    /// Value-log files that pass deleted (retired by an earlier pass, now below the boundary).
+    pub vlog_files_deleted: u64,
+    /// Their bytes.
+    pub vlog_bytes_deleted: u64,
 }

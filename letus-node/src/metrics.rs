@@ -175,6 +175,36 @@ impl Metrics {
             "Background prunes that failed (each is tried again after the next commit)",
             m.prune_errors,
         );
+        counter(
+            "letus_vlog_gc_passes_total",
+            "Value-log GC passes (an accounting walk of the newest state after each prune)",
+            m.vlog_gc_passes,
+        );
+        counter(
+            "letus_vlog_moved_records_total",
+            "Value records that commits moved out of value-log files GC is emptying",
+            m.vlog_moved_records,
+        );
+        counter(
+            "letus_vlog_moved_bytes_total",
+            "Bytes of the value records moved by GC",
+            m.vlog_moved_bytes,
+        );
+        counter(
+            "letus_vlog_deleted_files_total",
+            "Value-log data files deleted by GC",
+            m.vlog_files_deleted,
+        );
+        counter(
+            "letus_vlog_deleted_bytes_total",
+            "Bytes of the value-log files deleted by GC (reclaimed)",
+            m.vlog_bytes_deleted,
+        );
+        counter(
+            "letus_vlog_gc_errors_total",
+            "Background value-log GC passes that failed (each is tried again after the next prune)",
+            m.vlog_gc_errors,
+        );
         let gauge = |name: &str, help: &str, v: f64| set_gauge(&engine, name, help, v);
         let lookups = (m.page_cache_hits + m.page_cache_misses).max(1) as f64;
         gauge(

@@ -238,6 +238,8 @@ impl Node {
     pub fn prune(&self, keep: u64) -> Result<crate::api::PruneResponse, ApiError> {
         let reader = self.reader();
         let done = reader.prune(keep)?;
+        // Then value-log GC: files retired by earlier passes that the boundary has passed are deleted.
+        let gc = reader.vlog_gc()?;
         Ok(crate::api::PruneResponse {
             pruned: done.is_some(),
             oldest: reader.pruned_below(),
@@ -245,6 +247,10 @@ impl Node {
             bytes_removed: done.as_ref().map_or(0, |r| r.bytes_removed),
             base_bytes: done.as_ref().map_or(0, |r| r.base_bytes),
             pages: done.as_ref().map_or(0, |r| r.pages),
+            vlog_bytes: gc.log_bytes,
+            vlog_live_bytes: gc.live_bytes,
+            vlog_files_deleted: gc.files_deleted,
+            vlog_bytes_deleted: gc.bytes_deleted,
         })
     }
 

@@ -19,7 +19,7 @@ use serde::Deserialize;
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ServeArgs {
     /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_replay_millis,
-    /// keep_versions, prune_garbage_ratio, max_traceable_blocks, block_segment_bytes, max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
+    /// keep_versions, prune_garbage_ratio, vlog_gc_garbage, max_traceable_blocks, block_segment_bytes, max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
     /// max_concurrent_reads, shutdown_timeout_secs).
     #[arg(long, env = "LETUS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -46,7 +46,7 @@ pub struct ServeArgs {
     /// Keep the state of only the newest N versions: the pages of older ones are pruned in the background as
     /// index files fill (0 keeps only the latest state; default: keep every version). Reads below the boundary
     /// answer `410 pruned`; digests and history proofs of every version still answer. Can be set, changed or
-    /// removed at any restart. The value log is not pruned.
+    /// removed at any restart. Value-log GC runs after each prune (see --vlog-gc-garbage).
     #[arg(long, env = "LETUS_KEEP_VERSIONS")]
     pub keep_versions: Option<u64>,
     /// With --keep-versions: prune once the index files below the window hold this many times the bytes of one
@@ -54,6 +54,11 @@ pub struct ServeArgs {
     /// disk, most pruning work).
     #[arg(long, env = "LETUS_PRUNE_GARBAGE_RATIO")]
     pub prune_garbage_ratio: Option<f64>,
+    /// With --keep-versions: value-log GC moves the live records out of a sealed value-log file once at least
+    /// this fraction of its bytes is garbage, so that the file can be deleted when the versions reading it are
+    /// pruned (default 0.5; 1 moves nothing, and only files with nothing live are deleted).
+    #[arg(long, env = "LETUS_VLOG_GC_GARBAGE")]
+    pub vlog_gc_garbage: Option<f64>,
     /// Keep the raw blocks of only the newest N versions: older block-store segments are deleted whole as the
     /// chain grows (default: keep every block). Older blocks answer `410 pruned`.
     #[arg(long, env = "LETUS_MAX_TRACEABLE_BLOCKS")]
@@ -218,6 +223,7 @@ struct FileConfig {
     max_replay_millis: Option<u64>,
     keep_versions: Option<u64>,
     prune_garbage_ratio: Option<f64>,
+    vlog_gc_garbage: Option<f64>,
     max_traceable_blocks: Option<u64>,
     block_segment_bytes: Option<u64>,
     max_proof_keys: Option<usize>,
@@ -362,6 +368,14 @@ impl ServeArgs {
                 ));
             }
             options.prune_garbage_ratio = r;
+        }
+        if let Some(g) = self.vlog_gc_garbage.or(file.vlog_gc_garbage) {
+            if !(g.is_finite() && g > 0.0 && g <= 1.0) {
+                return Err(format!(
+                    "vlog_gc_garbage must be a number above 0 and at most 1, not {g}"
+                ));
+            }
+            options.vlog_gc_garbage = g;
         }
         let mut static_dirs = Vec::new();
         for s in &self.static_dirs {

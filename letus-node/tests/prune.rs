@@ -105,6 +105,9 @@ fn a_node_prunes_by_itself_and_letus_prune_prunes_a_stopped_one() {
         "30",
         "--block-segment-bytes",
         "512",
+        // A value-log file every few blocks: value-log GC has sealed files to account, empty and delete.
+        "--vdls-file-bytes",
+        "4096",
     ];
     let (mut node, url) = common::serve_with(dir.path(), TOKEN, &flags);
     let mut digests = Vec::new();
@@ -125,14 +128,24 @@ fn a_node_prunes_by_itself_and_letus_prune_prunes_a_stopped_one() {
         .body_mut()
         .read_to_string()
         .unwrap();
-    let prunes: u64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("letus_prunes_total "))
-        .expect("letus_prunes_total")
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(prunes >= 1, "{metrics}");
+    let counter = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("{name} in {metrics}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(counter("letus_prunes_total") >= 1, "{metrics}");
+    // Value-log GC ran after the prunes and deleted files no kept version reads.
+    assert!(counter("letus_vlog_gc_passes_total") >= 1, "{metrics}");
+    assert!(counter("letus_vlog_deleted_files_total") >= 1, "{metrics}");
+    assert!(
+        counter("letus_vlog_deleted_bytes_total") >= 4096,
+        "{metrics}"
+    );
+    assert_eq!(counter("letus_vlog_gc_errors_total"), 0, "{metrics}");
 
     // The block store's tail is cut a whole segment at a time: the newest 30 blocks are always there, the oldest
     // are `410 pruned` with the oldest block held.
@@ -183,6 +196,11 @@ fn a_node_prunes_by_itself_and_letus_prune_prunes_a_stopped_one() {
     );
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["pruned"], true, "{r}");
+    assert!(r["vlog_live_bytes"].as_u64().unwrap() > 0, "{r}");
+    assert!(
+        r["vlog_bytes"].as_u64().unwrap() >= r["vlog_live_bytes"].as_u64().unwrap(),
+        "{r}"
+    );
     let offline = r["oldest"].as_u64().unwrap();
     assert!(offline > b, "{r}");
     let (mut node, url) = common::serve(dir.path(), TOKEN);
@@ -228,6 +246,9 @@ fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
         "5",
         "--block-segment-bytes",
         "512",
+        // A value-log file every few blocks: value-log GC has sealed files to account, empty and delete.
+        "--vdls-file-bytes",
+        "4096",
     ];
     let mut rng = letus_workload::Rng::new(99);
     let mut digests: Vec<Value> = Vec::new();
@@ -276,4 +297,18 @@ fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
         node.wait().unwrap();
     }
     assert!(pruned_seen, "the node never pruned");
+    // Value-log GC deleted files along the way (the ids missing below the newest are the `collected` list's).
+    let vdls = dir.path().join("state").join("vdls");
+    let ids: Vec<u32> = std::fs::read_dir(&vdls)
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().into_string().unwrap();
+            n.strip_suffix(".vdl").map(|s| s.parse().unwrap())
+        })
+        .collect();
+    let newest = ids.iter().max().copied().unwrap_or(0);
+    assert!(
+        ids.len() < newest as usize && vdls.join("collected").exists(),
+        "{ids:?}"
+    );
 }

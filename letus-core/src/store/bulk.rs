@@ -216,7 +216,7 @@ impl Store {
             },
             counters.clone(),
             Position::START,
-            |_, _| Ok(()),
+            |_, _, _| Ok(()),
         )?;
         let lsvps_dir = dir.join("lsvps");
         fsutil::ensure_dir(&*fs, &lsvps_dir)?;

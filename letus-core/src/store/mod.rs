@@ -115,6 +115,7 @@ mod snapshot;
 mod state_sync;
 mod trie_state;
 mod view;
+mod vlog_gc;
 
 use engine::*;
 pub use prune::PruneReport;
@@ -123,6 +124,7 @@ pub use snapshot::{Reader, Snapshot};
 pub use state_sync::{KeyChange, SNAPSHOT_TOP_DEPTH};
 use trie_state::*;
 use view::*;
+pub use vlog_gc::GcReport;
 
 /// The result of [`Store::verify_full`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -433,7 +435,7 @@ impl Store {
             vdls_opts,
             counters,
             replay_from,
-            |loc, rec| {
+            |loc, rec, moved| {
                 match rec {
                     Record::Put {
                         version,
@@ -449,6 +451,10 @@ impl Store {
                             leaf: Some(leaf),
                         });
                         pending_tombstones.push((*tid, path, None));
+                    }
+                    // A moved Delete only moves the tombstone (the key is absent either way).
+                    Record::Delete { tid, key, .. } if moved => {
+                        pending_tombstones.push((*tid, KeyPath::of(key), Some(loc)));
                     }
                     Record::Delete { tid, key, .. } => {
                         pending.entry(*tid).or_default().push(Write {
@@ -533,6 +539,7 @@ impl Store {
             .map_err(|e| Error::io(&dir, std::io::Error::other(e)))?;
         let keep_versions = engine.opts.keep_versions;
         let prune_ratio = engine.opts.prune_garbage_ratio;
+        let gc_garbage = engine.opts.vlog_gc_garbage;
         let mut store = Store {
             limits: engine.opts.clone(),
             replayed: Replayed {
@@ -547,6 +554,7 @@ impl Store {
                 read_pool,
                 maintenance: std::sync::Mutex::new(()),
                 turnstile: std::sync::Mutex::new(()),
+                gc: std::sync::Mutex::default(),
             }),
             vdls,
             staged: BTreeMap::new(),
@@ -555,7 +563,7 @@ impl Store {
             _lock: lock,
         };
         if let Some(keep) = keep_versions {
-            let pruner = prune::Pruner::start(&store.shared, keep, prune_ratio)?;
+            let pruner = prune::Pruner::start(&store.shared, keep, prune_ratio, gc_garbage)?;
             // A store opened with a window it is already past prunes at once.
             pruner.wake();
             store.pruner = Some(pruner);
@@ -724,10 +732,20 @@ impl Store {
         // A record's length does not depend on its link to the key's previous record, so every Put gets its
         // value-log location before the trie is walked: one walk then both builds the new leaves and finds the
         // previous records (a separate lookup walk per key cost as much as the update itself).
-        let put_lens: Vec<u32> = staged
+        let mut put_lens: Vec<u32> = staged
             .iter()
             .filter_map(|(_, (k, v))| v.as_ref().map(|v| put_record_len(k.len(), v.len())))
             .collect();
+        let user_puts = put_lens.len();
+        // Value-log GC's queued moves (vlog_gc.rs): their Puts follow this commit's, their Deletes its Deletes.
+        let moving = self.shared.take_moves(
+            put_lens.iter().map(|&l| u64::from(l)).sum(),
+            &|tid, path| staged.contains_key(&(tid, *path)),
+        )?;
+        let (moved_puts, moved_deletes): (Vec<_>, Vec<_>) = moving
+            .into_iter()
+            .partition(|m| matches!(m.rec, Record::Put { .. }));
+        put_lens.extend(moved_puts.iter().map(|m| m.len));
         let locs = self.vdls.next_locations(&put_lens)?;
         let shared = self.shared.clone();
         let started = Instant::now();
@@ -736,7 +754,7 @@ impl Store {
         let (mut plan, prevs, payload, dir) = {
             let engine = shared.engine();
             let dir = engine.dir.clone();
-            let mut next_loc = locs.iter();
+            let mut next_loc = locs[..user_puts].iter();
             let mut writes: BTreeMap<TrieId, Vec<Write>> = BTreeMap::new();
             for ((tid, path), (_, value)) in &staged {
                 let leaf = match value {
@@ -754,6 +772,20 @@ impl Store {
                     .entry(*tid)
                     .or_default()
                     .push(Write { path: *path, leaf });
+            }
+            // A moved Put points its leaf at the copy: same value, same version, so the same hash.
+            for (m, loc) in moved_puts.iter().zip(&locs[user_puts..]) {
+                if let Record::Put { value, version, .. } = &m.rec {
+                    writes.entry(m.tid).or_default().push(Write {
+                        path: m.path,
+                        leaf: Some(Leaf::new(m.path, value_hash(value), *version, *loc)),
+                    });
+                }
+            }
+            if !moved_puts.is_empty() {
+                for w in writes.values_mut() {
+                    w.sort_by_key(|w| w.path);
+                }
             }
             let plan = engine.plan(version, &writes)?;
             let mut prevs: HashMap<(TrieId, KeyPath), (Location, bool)> = HashMap::new();
@@ -776,6 +808,12 @@ impl Store {
         let mut deletes = Vec::new();
         let mut tombstones = Vec::new();
         let mut expected = locs.into_iter();
+        let moved_bytes: u64 = moved_puts
+            .iter()
+            .chain(&moved_deletes)
+            .map(|m| u64::from(m.len))
+            .sum();
+        let moved_records = (moved_puts.len() + moved_deletes.len()) as u64;
         for ((tid, path), (key, value)) in staged {
             let link = prevs.get(&(tid, path)).copied();
             let prev = link.map(|(l, _)| l);
@@ -811,16 +849,32 @@ impl Store {
                 None => {}
             }
         }
+        for m in &moved_puts {
+            let loc = self.vdls.append_moved(&m.rec, version)?;
+            if expected.next() != Some(loc) {
+                return Err(Error::corrupt(
+                    dir.join("vdls"),
+                    loc.offset,
+                    "a moved value record did not land where the trie leaf points",
+                ));
+            }
+        }
         for (path, rec) in &deletes {
             let loc = self.vdls.append(rec)?;
             if let Record::Delete { tid, .. } = rec {
                 tombstones.push((*tid, *path, Some(loc)));
             }
         }
+        for m in &moved_deletes {
+            let loc = self.vdls.append_moved(&m.rec, version)?;
+            tombstones.push((m.tid, m.path, Some(loc)));
+        }
         plan.tombstones = tombstones;
         let work = started.elapsed();
         // Written and fsynced without holding the engine: readers go on.
         let end = self.vdls.commit(version, &payload)?;
+        Counters::add(&self.counters.vlog_moved_records, moved_records);
+        Counters::add(&self.counters.vlog_moved_bytes, moved_bytes);
         // A publish that would start a flush while the previous one is still being written waits for it here,
         // beside readers, instead of under the exclusive lock (backpressure, not unbounded memory).
         while shared.engine().flush_backpressure() {

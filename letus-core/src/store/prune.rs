@@ -432,7 +432,7 @@ impl Store {
     /// a version below the boundary (the last version of the newest index file at or below `latest - keep`) answer
     /// [`Error::Pruned`]; at and above it everything is as before, byte for byte. Digests and history-commitment
     /// proofs of every version still answer. The space of the index files below the boundary comes back; the
-    /// value log is not pruned by this. `None` when there is nothing to prune.
+    /// value-log files no kept version reads go by [`Store::vlog_gc`]. `None` when there is nothing to prune.
     pub fn prune(&self, keep: u64) -> Result<Option<PruneReport>> {
         self.shared.prune(keep, &mut |_| {})
     }
@@ -452,7 +452,12 @@ pub(super) struct Pruner {
 }
 
 impl Pruner {
-    pub(super) fn start(shared: &Arc<Shared>, keep: u64, ratio: f64) -> Result<Pruner> {
+    pub(super) fn start(
+        shared: &Arc<Shared>,
+        keep: u64,
+        ratio: f64,
+        gc_garbage: f64,
+    ) -> Result<Pruner> {
         let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
         let weak = Arc::downgrade(shared);
         let handle = std::thread::Builder::new()
@@ -465,10 +470,20 @@ impl Pruner {
                     if !shared.prune_due(keep, ratio) {
                         continue;
                     }
-                    if shared.prune(keep, &mut |_| {}).is_err() {
+                    match shared.prune(keep, &mut |_| {}) {
+                        // A new boundary: value-log files retired before it can go, and the newest state is
+                        // accounted again (vlog_gc.rs).
+                        Ok(Some(_)) => {
+                            if shared.vlog_gc(gc_garbage).is_err() {
+                                // Nothing was lost: a deletion is committed by its list before any unlink
+                                // (FORMAT.md §1.6), and the moves it queued are checked when committed.
+                                Counters::add(&shared.engine().counters.vlog_gc_errors, 1);
+                            }
+                        }
+                        Ok(None) => {}
                         // Nothing was lost: a failed prune leaves the files it would have replaced (FORMAT.md
                         // §2.9). The next commit wakes it to try again.
-                        Counters::add(&shared.engine().counters.prune_errors, 1);
+                        Err(_) => Counters::add(&shared.engine().counters.prune_errors, 1),
                     }
                 }
             })

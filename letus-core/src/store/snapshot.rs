@@ -15,6 +15,8 @@ pub(super) struct Shared {
     /// (prunes, consolidations) before each hold: a walk that takes the engine again and again would otherwise
     /// keep a commit from publishing for as long as it runs (measured: 100-220 ms waits behind a prune).
     pub(super) turnstile: std::sync::Mutex<()>,
+    /// Value-log GC's retired files and queued moves (`vlog_gc.rs`).
+    pub(super) gc: std::sync::Mutex<vlog_gc::GcState>,
 }
 
 impl Shared {

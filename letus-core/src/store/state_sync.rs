@@ -208,8 +208,18 @@ impl Snapshot {
                 .map(|b| (b, v.engine.dir.clone()))
             })?;
             for leaf in &batch {
-                let (k, val) =
-                    view::check_value(&dir, leaf, self.shared.vdls.read(leaf.loc)?, None)?;
+                // Read without the engine: a prune may have passed `version` meanwhile and GC deleted the file.
+                let rec = match self.shared.vdls.read(leaf.loc) {
+                    Err(Error::Collected { .. }) => {
+                        let e = self.shared.engine();
+                        e.check_not_pruned(version)?;
+                        return Err(Error::Collected {
+                            file_id: leaf.loc.file_id,
+                        });
+                    }
+                    r => r?,
+                };
+                let (k, val) = view::check_value(&dir, leaf, rec, None)?;
                 encode_chunk_record(&k, &val, &mut body);
                 if body.len() > max_bytes {
                     return Err(Error::ChunkTooLarge {

@@ -444,7 +444,7 @@ impl View<'_> {
                 next: None,
             });
         };
-        let mut recs = self.vdls.history(start, limit)?;
+        let mut recs = self.vdls.history_down_to(start, limit, boundary)?;
         if let Some(b) = boundary {
             if let Some(i) = recs.iter().position(|(_, r)| r.version() <= b) {
                 recs.truncate(i + 1);

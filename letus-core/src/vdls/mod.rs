@@ -8,18 +8,21 @@
 //! a torn or uncommitted tail. The byte layout, the checksums and the crash argument are in `FORMAT.md §1`.
 //!
 //! Invariants (relied on by recovery, see `recovery.rs`):
-//! - data files are `NNNNNN.vdl` with ids contiguous from 1; only the last one is ever written to;
+//! - data files are `NNNNNN.vdl` with ids contiguous from 1, except for the ids of files value-log GC deleted,
+//!   which `collected` lists (`collected.rs`); only the last one is ever written to;
 //! - a commit group (records + Commit record) never spans two files;
 //! - a data file is complete and fsynced before the next one is created, and the next one's header records its
 //!   final length;
 //! - nothing is ever overwritten: bytes past the durable end of the last file were never written before (a
 //!   recovery truncation is fsynced before any new append).
 
+pub(crate) mod collected;
 pub(crate) mod record;
 mod recovery;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -205,9 +208,15 @@ impl SharedFile {
 #[derive(Clone)]
 pub struct VdlsReader {
     dir: PathBuf,
+    fs: SharedStorage,
     counters: Arc<Counters>,
-    /// Data files, `files[i].id == i + 1`; the last one is the active one. Never empty.
+    /// Data files by ascending id; the ids missing are in `collected`. The last one is the active one. Never
+    /// empty.
     files: Arc<RwLock<Vec<Arc<SharedFile>>>>,
+    /// The ids of the files GC deleted (the `collected` list as on disk). Held only to read or replace it.
+    collected: Arc<RwLock<BTreeSet<u32>>>,
+    /// Held by a deletion from start to end (two deletions never interleave).
+    deleting: Arc<std::sync::Mutex<()>>,
 }
 
 /// The log. Appends and commits take `&mut self` (one writer); reads go through [`Vdls::reader`], which any
@@ -298,11 +307,27 @@ impl VdlsReader {
     /// version not above the newer one's; otherwise the walk fails with [`Error::Corrupt`]. (Links always point
     /// strictly backwards, so the walk terminates even without `limit`.)
     pub fn history(&self, loc: Location, limit: usize) -> Result<Vec<(Location, Record)>> {
+        self.history_down_to(loc, limit, None)
+    }
+
+    /// [`VdlsReader::history`] that stops after the first record of a version at or below `floor` (the record
+    /// holding the key's state at a prune boundary: what lies behind it may be gone).
+    pub fn history_down_to(
+        &self,
+        loc: Location,
+        limit: usize,
+        floor: Option<u64>,
+    ) -> Result<Vec<(Location, Record)>> {
         let mut out: Vec<(Location, Record)> = Vec::new();
         let mut next = Some(loc);
         while let Some(l) = next {
             if out.len() >= limit {
                 break;
+            }
+            if let (Some(f), Some((_, newer))) = (floor, out.last()) {
+                if newer.version() <= f {
+                    break;
+                }
             }
             let rec = self.read(l)?;
             if let Some((_, newer)) = out.last() {
@@ -325,13 +350,99 @@ impl VdlsReader {
         Ok(out)
     }
 
-    /// The data file with id `id`; an unknown id is corruption at `offset` of the file that would have it.
+    /// The data file with id `id`; an unknown id is corruption at `offset` of the file that would have it, a
+    /// collected one [`Error::Collected`].
     fn file(&self, id: u32, offset: u64) -> Result<Arc<SharedFile>> {
-        (id as usize)
-            .checked_sub(1)
-            .and_then(|i| self.files().get(i).cloned())
-            .filter(|f| f.id == id)
-            .ok_or_else(|| Error::corrupt(file_path(&self.dir, id), offset, "no such data file"))
+        let files = self.files();
+        if let Ok(i) = files.binary_search_by_key(&id, |f| f.id) {
+            if let Some(f) = files.get(i) {
+                return Ok(f.clone());
+            }
+        }
+        drop(files);
+        if self.is_collected(id) {
+            return Err(Error::Collected { file_id: id });
+        }
+        Err(Error::corrupt(
+            file_path(&self.dir, id),
+            offset,
+            "no such data file",
+        ))
+    }
+
+    /// Whether GC deleted data file `id`.
+    pub fn is_collected(&self, id: u32) -> bool {
+        self.collected
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&id)
+    }
+
+    /// `(id, committed length)` of every data file, ascending; the last one is the active file.
+    pub fn file_lengths(&self) -> Vec<(u32, u64)> {
+        self.files().iter().map(|f| (f.id, f.len())).collect()
+    }
+
+    /// Deletes data files `ids` (none of them the active file). They are added to the `collected` list, which is
+    /// made durable first (the commit point: an open deletes what it lists); then, while the guard `hold` returns
+    /// is held, they leave the file list (reads already past the lookup keep their handle); then they are unlinked.
+    /// The caller guarantees that no read holding that guard's lock can ask for them any more. Returns the
+    /// committed bytes deleted.
+    pub fn delete_files<G>(
+        &self,
+        ids: &BTreeSet<u32>,
+        hold: impl FnOnce() -> Result<G>,
+    ) -> Result<u64> {
+        let _one_at_a_time = self
+            .deleting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (active, doomed): (u32, Vec<Arc<SharedFile>>) = {
+            let files = self.files();
+            (
+                files.last().map_or(0, |f| f.id),
+                files
+                    .iter()
+                    .filter(|f| ids.contains(&f.id))
+                    .cloned()
+                    .collect(),
+            )
+        };
+        if ids.contains(&active) {
+            return Err(invalid(&self.dir, "the active data file cannot be deleted"));
+        }
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        let mut next = self.collected_ids();
+        next.extend(doomed.iter().map(|f| f.id));
+        collected::write(&*self.fs, &self.dir, &next)?;
+        *self
+            .collected
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+        {
+            let _held = hold()?;
+            self.files
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .retain(|f| !ids.contains(&f.id));
+        }
+        let mut bytes = 0;
+        for f in &doomed {
+            bytes += f.len();
+            fsutil::remove_file(&*self.fs, &f.path)?;
+        }
+        fsutil::sync_dir(&*self.fs, &self.dir)?;
+        Ok(bytes)
+    }
+
+    /// The ids of the data files GC deleted.
+    pub fn collected_ids(&self) -> BTreeSet<u32> {
+        self.collected
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     fn files(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<SharedFile>>> {
@@ -367,7 +478,7 @@ impl Vdls {
         opts: VdlsOptions,
         counters: Arc<Counters>,
         from: Position,
-        replay: impl FnMut(Location, &Record) -> Result<()>,
+        replay: impl FnMut(Location, &Record, bool) -> Result<()>,
     ) -> Result<Vdls> {
         let r = recovery::recover(&**fs, dir, &counters, from, replay)?;
         let end = Position {
@@ -382,8 +493,11 @@ impl Vdls {
             counters: counters.clone(),
             reader: VdlsReader {
                 dir: dir.to_path_buf(),
+                fs: fs.clone(),
                 counters,
                 files: Arc::new(RwLock::new(files)),
+                collected: Arc::new(RwLock::new(r.collected)),
+                deleting: Arc::default(),
             },
             end,
             last_version: r.last_version,
@@ -395,15 +509,34 @@ impl Vdls {
     /// Buffers a Put or Delete record in memory (nothing is written yet) and returns where it will be once
     /// committed. All records of a group must have the same version, above the last committed one.
     pub fn append(&mut self, rec: &Record) -> Result<Location> {
+        let version = rec.version();
+        self.append_update(rec, version, false)
+    }
+
+    /// Buffers a moved copy of `rec` (a Put or Delete of an earlier version, found in a file GC is emptying) in
+    /// the group of `version`: the same bytes under the moved kind, its version and prev unchanged, so history
+    /// reads it as the original. Returns where it will be once committed.
+    pub fn append_moved(&mut self, rec: &Record, version: u64) -> Result<Location> {
+        if rec.version() >= version {
+            return Err(invalid(
+                &self.dir,
+                "a moved record must be older than the group it is moved into",
+            ));
+        }
+        self.append_update(rec, version, true)
+    }
+
+    fn append_update(&mut self, rec: &Record, version: u64, moved: bool) -> Result<Location> {
         if self.poisoned {
             return Err(Error::Poisoned);
         }
-        let Some(u) = Update::of(rec) else {
+        let Some(mut u) = Update::of(rec) else {
             return Err(invalid(
                 &self.dir,
                 "append takes Put or Delete records; use commit",
             ));
         };
+        u.moved = moved;
         if u.key.len() > MAX_KEY_BYTES {
             return Err(Error::TooLarge {
                 what: "key",
@@ -420,7 +553,7 @@ impl Vdls {
                 });
             }
         }
-        self.check_version(u.version)?;
+        self.check_version(version)?;
         if self.group.records == u32::MAX {
             return Err(invalid(&self.dir, "too many records in one commit group"));
         }
@@ -441,7 +574,7 @@ impl Vdls {
             }
         }
         u.encode(&mut self.group.buf);
-        self.group.version = Some(u.version);
+        self.group.version = Some(version);
         self.group.records += 1;
         Ok(loc)
     }

@@ -9,8 +9,11 @@ use crate::fsutil::crc;
 
 /// The first 8 bytes of every data file.
 pub const MAGIC: [u8; 8] = *b"LETUSVDL";
-/// The data-file format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The data-file format version this build writes. Format 2 added the moved record kinds (4 and 5); this build
+/// reads formats 1 and 2.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest data-file format this build reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Length of the data-file header; the first record of a file starts here.
 pub const HEADER_LEN: u64 = 32;
 /// Longest key a record may carry (64 KiB).
@@ -23,6 +26,11 @@ pub const MAX_PAYLOAD_BYTES: usize = 16 * 1024 * 1024;
 pub(crate) const KIND_PUT: u8 = 1;
 pub(crate) const KIND_DELETE: u8 = 2;
 pub(crate) const KIND_COMMIT: u8 = 3;
+/// A Put copied by value-log GC out of a file about to be deleted: the bytes of the original Put (its version and
+/// prev included) under another kind, so that replay moves the leaf instead of writing the key again.
+pub(crate) const KIND_MOVED_PUT: u8 = 4;
+/// A Delete copied by value-log GC (see [`KIND_MOVED_PUT`]).
+pub(crate) const KIND_MOVED_DELETE: u8 = 5;
 
 /// `crc: u32, len: u32` — enough to bound and checksum a record before parsing it.
 pub(crate) const PREFIX_LEN: usize = 8;
@@ -97,7 +105,7 @@ pub(crate) fn decode_header(b: &[u8]) -> Result<Header, HeaderError> {
     if !crc_ok {
         return Err(HeaderError::Bad("file header checksum mismatch".into()));
     }
-    if version != FORMAT_VERSION {
+    if version < OLDEST_FORMAT_VERSION {
         return Err(HeaderError::Unsupported(version));
     }
     if u32_at(b, 24) != Some(0) {
@@ -123,6 +131,8 @@ pub(crate) enum DecodeError {
 #[derive(Debug)]
 pub(crate) struct Decoded {
     pub rec: Record,
+    /// A moved copy (kinds 4 and 5) of a Put or Delete written by an earlier version.
+    pub moved: bool,
     /// For a Commit: (offset of the group's first record in this file, number of Put/Delete records).
     pub group: Option<(u64, u32)>,
 }
@@ -161,6 +171,12 @@ pub(crate) fn decode(b: &[u8], file_id: u32, offset: u64) -> Result<Decoded, Dec
     let m = |s: &str| DecodeError::Malformed(s.to_string());
     let kind = *b.get(KIND_AT).ok_or_else(|| m("missing kind"))?;
     let version = u64_at(b, 9).ok_or_else(|| m("missing version"))?;
+    let moved = matches!(kind, KIND_MOVED_PUT | KIND_MOVED_DELETE);
+    let kind = match kind {
+        KIND_MOVED_PUT => KIND_PUT,
+        KIND_MOVED_DELETE => KIND_DELETE,
+        k => k,
+    };
     match kind {
         KIND_PUT | KIND_DELETE => {
             let tid = u32_at(b, 17).ok_or_else(|| m("missing tid"))?;
@@ -207,7 +223,11 @@ pub(crate) fn decode(b: &[u8], file_id: u32, offset: u64) -> Result<Decoded, Dec
                     prev,
                 }
             };
-            Ok(Decoded { rec, group: None })
+            Ok(Decoded {
+                rec,
+                moved,
+                group: None,
+            })
         }
         KIND_COMMIT => {
             let group_start = u64_at(b, 17).ok_or_else(|| m("missing group start"))?;
@@ -231,6 +251,7 @@ pub(crate) fn decode(b: &[u8], file_id: u32, offset: u64) -> Result<Decoded, Dec
                 .to_vec();
             Ok(Decoded {
                 rec: Record::Commit { version, payload },
+                moved: false,
                 group: Some((group_start, records)),
             })
         }
@@ -292,6 +313,8 @@ pub(crate) struct Update<'a> {
     pub key: &'a [u8],
     pub value: Option<&'a [u8]>,
     pub prev: Option<Location>,
+    /// Encoded as a moved copy (kinds 4 and 5).
+    pub moved: bool,
 }
 
 impl<'a> Update<'a> {
@@ -310,6 +333,7 @@ impl<'a> Update<'a> {
                 key,
                 value: Some(value),
                 prev: *prev,
+                moved: false,
             }),
             Record::Delete {
                 version,
@@ -322,6 +346,7 @@ impl<'a> Update<'a> {
                 key,
                 value: None,
                 prev: *prev,
+                moved: false,
             }),
             Record::Commit { .. } => None,
         }
@@ -340,10 +365,11 @@ impl<'a> Update<'a> {
         let start = out.len();
         out.extend_from_slice(&[0u8; 4]); // crc, filled in by seal
         out.extend_from_slice(&(self.encoded_len() as u32).to_le_bytes());
-        out.push(if self.value.is_some() {
-            KIND_PUT
-        } else {
-            KIND_DELETE
+        out.push(match (self.value.is_some(), self.moved) {
+            (true, false) => KIND_PUT,
+            (false, false) => KIND_DELETE,
+            (true, true) => KIND_MOVED_PUT,
+            (false, true) => KIND_MOVED_DELETE,
         });
         out.extend_from_slice(&self.version.to_le_bytes());
         out.extend_from_slice(&self.tid.to_le_bytes());

@@ -15,6 +15,7 @@
 //! write either, and is corruption wherever it is.
 
 use crate::storage::{Storage, StorageFile};
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use super::record::{self, DecodeError, HeaderError, HEADER_LEN, KIND_AT, KIND_COMMIT, PREFIX_LEN};
@@ -29,6 +30,8 @@ pub(crate) struct Recovered {
     pub files: Vec<DataFile>,
     /// Version of the last replayed commit.
     pub last_version: Option<u64>,
+    /// The ids of the data files GC deleted.
+    pub collected: BTreeSet<u32>,
 }
 
 /// Size of the sequential read window used by the scan.
@@ -39,10 +42,11 @@ pub(crate) fn recover(
     dir: &Path,
     counters: &Counters,
     mut from: Position,
-    mut replay: impl FnMut(Location, &Record) -> Result<()>,
+    mut replay: impl FnMut(Location, &Record, bool) -> Result<()>,
 ) -> Result<Recovered> {
     fsutil::ensure_dir(fs, dir)?;
-    let mut files = open_files(fs, dir)?;
+    let collected = super::collected::read(fs, dir)?;
+    let mut files = open_files(fs, dir, &collected)?;
 
     // Headers. A bad header is a torn rotation only in the last file and only if the file holds nothing but
     // (part of) a header: records are written to a new file only after its header was fsynced.
@@ -99,11 +103,14 @@ pub(crate) fn recover(
         }
     }
     // Each file's header records the final length of its predecessor, which was complete and fsynced when the
-    // successor was created; any difference means the predecessor changed afterwards.
+    // successor was created; any difference means the predecessor changed afterwards. (A predecessor GC deleted
+    // cannot be checked, nor needs to be.)
     for (i, f) in files.iter().enumerate() {
         let expected = match i.checked_sub(1).and_then(|p| files.get(p)) {
-            Some(p) => p.len,
-            None => 0,
+            Some(p) if p.id + 1 == f.id => p.len,
+            Some(_) => continue,
+            None if f.id == 1 => 0,
+            None => continue,
         };
         let recorded = prev_lens.get(i).copied().unwrap_or(0);
         if recorded != expected {
@@ -122,7 +129,7 @@ pub(crate) fn recover(
         }
     }
     if files.is_empty() {
-        if from != Position::START {
+        if from != Position::START || !collected.is_empty() {
             return Err(Error::corrupt(
                 file_path(dir, 1),
                 from.offset,
@@ -134,9 +141,9 @@ pub(crate) fn recover(
     }
 
     // `from` must be inside the log.
-    let from_idx = (from.file_id as usize)
-        .checked_sub(1)
-        .filter(|&i| i < files.len())
+    let from_idx = files
+        .binary_search_by_key(&from.file_id, |f| f.id)
+        .ok()
         .ok_or_else(|| {
             Error::corrupt(
                 file_path(dir, from.file_id),
@@ -161,7 +168,7 @@ pub(crate) fn recover(
     let last_idx = files.len() - 1;
     let mut last_good = from;
     let mut last_version: Option<u64> = None;
-    let mut pending: Vec<(Location, Record)> = Vec::new();
+    let mut pending: Vec<(Location, Record, bool)> = Vec::new();
     let mut pending_version: Option<u64> = None;
     'files: for (idx, f) in files.iter().enumerate().skip(from_idx) {
         let mut o = if idx == from_idx {
@@ -198,6 +205,21 @@ pub(crate) fn recover(
                 len,
             };
             let v = d.rec.version();
+            // A moved record keeps the version of the write it copies; the group's version is its Commit's.
+            if d.moved {
+                if last_version.is_some_and(|lv| v > lv) {
+                    return Err(Error::corrupt(
+                        &f.path,
+                        o,
+                        format!(
+                            "moved record of version {v} is above the previous commit's version"
+                        ),
+                    ));
+                }
+                pending.push((loc, d.rec, true));
+                o += u64::from(len);
+                continue;
+            }
             if let Some(pv) = pending_version.filter(|&pv| pv != v) {
                 return Err(Error::corrupt(
                     &f.path,
@@ -215,7 +237,7 @@ pub(crate) fn recover(
             match d.group {
                 None => {
                     pending_version = Some(v);
-                    pending.push((loc, d.rec));
+                    pending.push((loc, d.rec, false));
                 }
                 Some((gs, count)) => {
                     if gs != group_start || count as usize != pending.len() {
@@ -229,10 +251,22 @@ pub(crate) fn recover(
                             ),
                         ));
                     }
-                    for (l, rec) in pending.drain(..) {
-                        replay(l, &rec)?;
+                    if pending
+                        .iter()
+                        .any(|(_, r, moved)| *moved && r.version() >= v)
+                    {
+                        return Err(Error::corrupt(
+                            &f.path,
+                            o,
+                            format!(
+                                "the group of version {v} holds a moved record that is not older"
+                            ),
+                        ));
                     }
-                    replay(loc, &d.rec)?;
+                    for (l, rec, moved) in pending.drain(..) {
+                        replay(l, &rec, moved)?;
+                    }
+                    replay(loc, &d.rec, false)?;
                     pending_version = None;
                     last_version = Some(v);
                     group_start = o + u64::from(len);
@@ -258,7 +292,9 @@ pub(crate) fn recover(
     // Cut: truncate the file holding the last complete commit right after it, fsync it, then remove later files
     // (highest id first, so a crash in between leaves ids contiguous) and fsync the directory. Recovery is
     // idempotent: a crash during the cut leaves a log that the next open cuts the same way.
-    let cut_idx = (last_good.file_id as usize).saturating_sub(1);
+    let cut_idx = files
+        .binary_search_by_key(&last_good.file_id, |f| f.id)
+        .unwrap_or(0);
     if let Some(f) = files.get_mut(cut_idx) {
         if f.len > last_good.offset {
             f.file
@@ -281,11 +317,14 @@ pub(crate) fn recover(
     Ok(Recovered {
         files,
         last_version,
+        collected,
     })
 }
 
-/// Opens every data file (`NNNNNN.vdl`, ids contiguous from 1). Other names in `dir` are ignored.
-fn open_files(fs: &dyn Storage, dir: &Path) -> Result<Vec<DataFile>> {
+/// Opens every data file (`NNNNNN.vdl`, ids contiguous from 1 but for the `collected` ones). Other names in
+/// `dir` are ignored. A collected file still present (a crash between the list's write and the unlink) is
+/// deleted now.
+fn open_files(fs: &dyn Storage, dir: &Path, collected: &BTreeSet<u32>) -> Result<Vec<DataFile>> {
     let mut ids = Vec::new();
     for name in fsutil::list(fs, dir)? {
         let Some(stem) = name.strip_suffix(".vdl") else {
@@ -301,16 +340,32 @@ fn open_files(fs: &dyn Storage, dir: &Path) -> Result<Vec<DataFile>> {
         }
     }
     ids.sort_unstable();
+    let stale: Vec<u32> = ids
+        .iter()
+        .copied()
+        .filter(|id| collected.contains(id))
+        .collect();
+    if !stale.is_empty() {
+        for &id in &stale {
+            fsutil::remove_file(fs, &file_path(dir, id))?;
+        }
+        fsutil::sync_dir(fs, dir)?;
+        ids.retain(|id| !collected.contains(id));
+    }
     let mut files = Vec::with_capacity(ids.len());
-    for (i, &id) in ids.iter().enumerate() {
-        let expected = u32::try_from(i + 1).unwrap_or(u32::MAX);
+    let mut expected = 1u32;
+    for &id in &ids {
+        while expected < id && collected.contains(&expected) {
+            expected += 1;
+        }
         if id != expected {
             return Err(Error::corrupt(
                 file_path(dir, expected),
                 0,
-                "data file is missing (data file ids must be contiguous from 1)",
+                "data file is missing (data file ids are contiguous from 1 but for those GC deleted)",
             ));
         }
+        expected = id.saturating_add(1);
         let path = file_path(dir, id);
         let file = fsutil::open_rw(fs, &path)?;
         let len = file.size().map_err(|e| Error::io(&path, e))?;

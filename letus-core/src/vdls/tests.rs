@@ -1,7 +1,7 @@
 //! Tests of VDLS: encoding, replay, torn tails, corruption, rotation, history, bogus locations, and property
 //! tests of crash and damage models.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,7 +29,7 @@ fn open_collect(dir: &Path, o: VdlsOptions, from: Position) -> Result<(Vdls, Rep
         o,
         Arc::new(Counters::default()),
         from,
-        |l, r| {
+        |l, r, _| {
             got.push((l, r.clone()));
             Ok(())
         },
@@ -598,10 +598,10 @@ fn changes_to_earlier_files_are_corrupt() {
     copy_dir(src.path(), d.path());
     let p = path_of(d.path(), 1);
     let mut b = fs::read(&p).unwrap();
-    b[8] = 2;
+    b[8] = 3;
     fs::write(&p, &b).unwrap();
     match open_collect(d.path(), opts(100), Position::START) {
-        Err(Error::UnsupportedFormat { found: 2, path }) => assert_eq!(path, p),
+        Err(Error::UnsupportedFormat { found: 3, path }) => assert_eq!(path, p),
         other => panic!("expected UnsupportedFormat, got {other:?}"),
     }
 }
@@ -764,7 +764,7 @@ fn read_many_matches_read_and_counts() {
         opts(300),
         c.clone(),
         groups[39].end,
-        |_, _| Ok(()),
+        |_, _, _| Ok(()),
     )
     .unwrap();
     let all = flatten(&groups);
@@ -1024,4 +1024,108 @@ proptest! {
         let r = open_collect(d.path(), o, Position::START);
         prop_assert!(matches!(r, Err(Error::Corrupt { .. })), "got {:?}", r.map(|(_, g)| g.len()));
     }
+}
+
+/// Opens `dir`, returning every replayed record with its moved flag.
+type ReplayedMoved = Vec<(Location, Record, bool)>;
+
+fn open_moved(dir: &Path, from: Position) -> Result<(Vdls, ReplayedMoved)> {
+    let mut got = Vec::new();
+    let v = Vdls::open(
+        &crate::storage::local(),
+        dir,
+        opts(100),
+        Arc::new(Counters::default()),
+        from,
+        |l, r, moved| {
+            got.push((l, r.clone(), moved));
+            Ok(())
+        },
+    )?;
+    Ok((v, got))
+}
+
+#[test]
+fn moved_records_replay_as_moved_and_read_as_the_original() {
+    let d = TempDir::new().unwrap();
+    let groups = build(d.path(), opts(100), 6);
+    let (orig_loc, orig) = groups[1].recs[0].clone();
+    let (mut v, _) = open_moved(d.path(), Position::START).unwrap();
+    // Not older than its group: refused.
+    assert!(v.append_moved(&orig, orig.version()).is_err());
+    let at = v.append_moved(&orig, 7).unwrap();
+    v.commit(7, b"root-7").unwrap();
+    assert_eq!(v.read(at).unwrap(), orig);
+    assert_eq!(at.len, orig_loc.len);
+    drop(v);
+    let (_, got) = open_moved(d.path(), Position::START).unwrap();
+    let moved: Vec<_> = got.iter().filter(|(_, _, m)| *m).collect();
+    assert_eq!(moved.len(), 1);
+    assert_eq!((moved[0].0, &moved[0].1), (at, &orig));
+}
+
+#[test]
+fn deleted_files_are_listed_and_an_open_finishes_a_deletion() {
+    let d = TempDir::new().unwrap();
+    let groups = build(d.path(), opts(100), 12);
+    let (mut v, _) = open_moved(d.path(), Position::START).unwrap();
+    let last = *file_ids(d.path()).last().unwrap();
+    assert!(last >= 4, "{last}");
+    let doomed: BTreeSet<u32> = [1, 2].into_iter().collect();
+    let active: BTreeSet<u32> = [last].into_iter().collect();
+    assert!(v.reader().delete_files(&active, || Ok(())).is_err());
+    let held = std::cell::Cell::new(false);
+    v.reader()
+        .delete_files(&doomed, || {
+            held.set(true);
+            Ok(())
+        })
+        .unwrap();
+    assert!(held.get());
+    assert_eq!(file_ids(d.path())[0], 3);
+    let in_first = groups.iter().find(|g| !g.recs.is_empty()).unwrap().recs[0].0;
+    assert!(matches!(
+        v.read(in_first),
+        Err(Error::Collected { file_id: 1 })
+    ));
+    // The log goes on, and reopens from any position after the gap.
+    let next = groups.last().unwrap().end;
+    v.append(&Record::Put {
+        version: 13,
+        tid: 0,
+        key: b"k".to_vec(),
+        value: b"v".to_vec(),
+        prev: None,
+    })
+    .unwrap();
+    v.commit(13, b"root-13").unwrap();
+    drop(v);
+    let (_, got) = open_moved(d.path(), next).unwrap();
+    assert_eq!(got.len(), 2);
+    // A crash after the list was written and before the unlinks: the open deletes what it lists.
+    let doomed: BTreeSet<u32> = [1, 2, 3].into_iter().collect();
+    collected::write(&*crate::storage::local(), d.path(), &doomed).unwrap();
+    assert!(path_of(d.path(), 3).exists());
+    let (v, _) = open_moved(d.path(), next).unwrap();
+    assert!(!path_of(d.path(), 3).exists());
+    assert_eq!(v.reader().collected_ids(), doomed);
+    drop(v);
+    // A file missing that the list does not name is corruption.
+    fs::remove_file(path_of(d.path(), 5)).unwrap();
+    let (path, _) = assert_corrupt(open_moved(d.path(), next));
+    assert_eq!(path, path_of(d.path(), 5));
+}
+
+#[test]
+fn format_1_files_are_still_read() {
+    let d = TempDir::new().unwrap();
+    let groups = build(d.path(), opts(1 << 20), 3);
+    let p = path_of(d.path(), 1);
+    let mut b = fs::read(&p).unwrap();
+    b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let c = crate::fsutil::crc(&b[0..28]);
+    b[28..32].copy_from_slice(&c.to_le_bytes());
+    fs::write(&p, &b).unwrap();
+    let (_, got) = open_collect(d.path(), opts(1 << 20), Position::START).unwrap();
+    assert_eq!(got.len(), flatten(&groups).len());
 }
