@@ -4,7 +4,9 @@
 //!    `--txs` transfers) applied to one store per setting — archive, and `Options::keep_versions` of each window
 //!    (0: keep only the latest state) — each on its own, durable commits: commit rate over the payment blocks,
 //!    p50/p99/max commit latency, then allocated bytes on disk (index files, value log, all) against a fresh bulk
-//!    import of the head state;
+//!    import of the head state, and what value-log GC left: the value log against its live bytes (the exact
+//!    accounting of a last GC pass), the bytes it moved, and the lifetime value write amplification (value
+//!    records written, moved ones included, over the chain's own records);
 //! 2. `--history`: the cost of pruning 1,000 versions on stores of 2,000 and of `--long` versions (blocks of
 //!    `--small-txs` transfers after the same load, not fsynced: only the prune is timed): each store is first
 //!    pruned to 1,000 versions before its head, then 1,000 more versions are committed and pruned.
@@ -54,6 +56,12 @@ struct Args {
     /// `Options::prune_garbage_ratio` of the pruned stores.
     #[arg(long, default_value_t = 1.0)]
     prune_garbage_ratio: f64,
+    /// `Options::vlog_gc_garbage` of the pruned stores.
+    #[arg(long, default_value_t = 0.5)]
+    vlog_gc_garbage: f64,
+    /// `Options::vdls_file_bytes` of every store (GC deletes whole sealed files).
+    #[arg(long, default_value_t = 16 << 20)]
+    vdls_file_bytes: u64,
     /// Where the stores go (default: a temporary directory).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
@@ -144,6 +152,13 @@ fn commit(s: &mut Store, v: u64, block: &[(Vec<u8>, Vec<u8>)]) {
 fn part_windows(a: &Args, root: &Path) {
     let c = chain(a.accounts, a.blocks, a.txs, 42);
     let updates: usize = c.blocks[c.load_versions..].iter().map(Vec::len).sum();
+    // The value records the chain itself writes (what a write amplification of 1 is).
+    let user_record_bytes: u64 = c
+        .blocks
+        .iter()
+        .flatten()
+        .map(|(k, v)| u64::from(letus_core::vdls::put_record_len(k.len(), v.len())))
+        .sum();
     println!(
         "## Part 1: {} accounts, {} payment blocks of {} transfers ({} updates), durable commits",
         a.accounts, a.blocks, a.txs, updates
@@ -170,9 +185,9 @@ fn part_windows(a: &Args, root: &Path) {
     );
     std::fs::remove_dir_all(&fresh_dir).unwrap();
     println!(
-        "| setting | apply time | payment updates/s | commit p50 / p99 / max | prunes | on disk as the pruner left it | on disk, pruned to the window | of which index files | value log | disk / fresh import | index files / fresh import's |"
+        "| setting | apply time | payment updates/s | commit p50 / p99 / max | prunes | on disk as the pruner left it | on disk, pruned to the window | of which index files | value log | disk / fresh import | index files / fresh import's | value log / its live bytes | GC: files deleted, moved | value write amplification |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut settings: Vec<Option<u64>> = vec![None];
     settings.extend(a.windows.iter().map(|w| Some(*w)));
     for keep in settings {
@@ -182,6 +197,8 @@ fn part_windows(a: &Args, root: &Path) {
             Options {
                 keep_versions: keep,
                 prune_garbage_ratio: a.prune_garbage_ratio,
+                vlog_gc_garbage: a.vlog_gc_garbage,
+                vdls_file_bytes: a.vdls_file_bytes,
                 max_replay_millis: a.max_replay_millis,
                 ..Options::default()
             },
@@ -207,7 +224,10 @@ fn part_windows(a: &Args, root: &Path) {
         if let Some(k) = keep {
             while s.prune(k).unwrap().is_some() {}
         }
-        let prunes = s.metrics().prunes;
+        // A last GC pass: deletes what the boundary has passed, and accounts the live bytes exactly.
+        let gc = s.vlog_gc().unwrap();
+        let m = s.metrics();
+        let prunes = m.prunes;
         let oldest = s.pruned_below();
         s.close().unwrap();
         let total = allocated(&dir);
@@ -219,7 +239,7 @@ fn part_windows(a: &Args, root: &Path) {
             Some(k) => format!("window {k}"),
         };
         println!(
-            "| {name} (oldest held: {}) | {apply:.1} s | {:.0} | {:.1} / {:.1} / {:.1} ms | {prunes} | {} | {} | {} | {} | {:.2}x | {:.2}x |",
+            "| {name} (oldest held: {}) | {apply:.1} s | {:.0} | {:.1} / {:.1} / {:.1} ms | {prunes} | {} | {} | {} | {} | {:.2}x | {:.2}x | {} / {} = {:.2}x | {}, {} | {:.2} |",
             oldest.map_or("1".into(), |o| o.to_string()),
             updates as f64 / pay_secs,
             pct(&mut lat, 0.5),
@@ -231,6 +251,12 @@ fn part_windows(a: &Args, root: &Path) {
             mib(vlog),
             total as f64 / fresh_bytes as f64,
             index as f64 / fresh_index as f64,
+            mib(gc.log_bytes),
+            mib(gc.live_bytes),
+            gc.log_bytes as f64 / gc.live_bytes.max(1) as f64,
+            m.vlog_files_deleted,
+            mib(m.vlog_moved_bytes),
+            (user_record_bytes + m.vlog_moved_bytes) as f64 / user_record_bytes as f64,
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -538,10 +538,12 @@ fn a_power_cut_anywhere_in_a_value_log_deletion_loses_nothing() {
             }
         }
     };
-    // Queues moves, commits them, retires the files the newest state then does not refer to, and moves the
-    // boundary past that: the next pass deletes them.
+    // Queues moves, commits them (which retires the files they empty), and moves the boundary past that: the
+    // next pass deletes them.
     let ready = |s: &mut Store| {
+        // The first pass chooses the victims, the second queues their records.
         s.vlog_gc().unwrap();
+        assert!(s.vlog_gc().unwrap().moves_queued > 0);
         for v in versions + 1..=versions + 5 {
             commit(s, seed, v).unwrap();
         }

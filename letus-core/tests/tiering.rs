@@ -356,3 +356,89 @@ fn a_consolidated_store_reopens_with_the_object_store_down() {
     let reopened = Store::open(root.path().join("state"), opts(tiers.shared())).unwrap();
     assert_eq!(reopened.latest_version(), Some(60));
 }
+
+/// Pruning and value-log GC on a tiered store: index files and value-log files that went warm or cold are
+/// replaced or deleted through the tiers (the manifest forgets them, the object store's copies are removed), and
+/// the store answers as an untiered archive at every version it keeps, before and after reopening.
+#[test]
+fn pruning_and_value_log_gc_reach_files_in_every_tier() {
+    let s3 = S3Server::start();
+    let plain_dir = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let warm = tempfile::tempdir().unwrap();
+    let tiers = Tiered::open(tier_config(root.path(), warm.path(), &s3, "gc")).unwrap();
+    let mut plain = Store::open(plain_dir.path(), opts(letus_core::storage::local())).unwrap();
+    let mut tiered = Store::open(root.path().join("state"), opts(tiers.shared())).unwrap();
+    let mut rng = Rng::new(17);
+    const V: u64 = 90;
+    let mut deleted_cold = false;
+    for v in 1..=V {
+        // Overwrites of a small key set: most of each value-log file becomes garbage.
+        let w: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..30)
+            .map(|_| (key(rng.below(200)), Some(rng.bytes(60))))
+            .collect();
+        commit(&mut plain, v, &w);
+        commit(&mut tiered, v, &w);
+        tiers.note_version(v);
+        tiers.migrate_now().unwrap();
+        if v % 10 == 0 {
+            let cold_before: Vec<String> = cold_vdls(root.path());
+            tiered.prune(5).unwrap();
+            let r = tiered.vlog_gc().unwrap();
+            let cold_after = cold_vdls(root.path());
+            deleted_cold |= r.files_deleted > 0 && cold_after.len() < cold_before.len();
+        }
+    }
+    let m = tiered.metrics();
+    assert!(
+        m.vlog_files_deleted > 0 && m.vlog_moved_records > 0,
+        "{m:?}"
+    );
+    assert!(
+        deleted_cold,
+        "GC deleted value-log files from the object store"
+    );
+    assert_eq!(tiers.status().move_failures, 0);
+    let check = |t: &Store| {
+        let b = t.pruned_below().unwrap();
+        for v in b..=V {
+            assert_eq!(plain.digest(TID, v).unwrap(), t.digest(TID, v).unwrap());
+            for k in 0..200 {
+                let k = key(k);
+                assert_eq!(
+                    plain.get(TID, v, &k).unwrap(),
+                    t.get(TID, v, &k).unwrap(),
+                    "get at {v}"
+                );
+            }
+        }
+        for k in 0..200 {
+            let k = key(k);
+            let h = t.history(TID, &k, None, 1000).unwrap().entries;
+            let full = plain.history(TID, &k, None, 1000).unwrap().entries;
+            assert_eq!(h[..], full[..h.len()], "history");
+        }
+        let d = plain.digest(TID, V).unwrap();
+        t.verify_full(TID, V, &d.root).unwrap();
+    };
+    tiered.clear_caches();
+    tiers.clear_cold_cache();
+    check(&tiered);
+    tiered.close().unwrap();
+    drop(tiers);
+    let tiers = Tiered::open(tier_config(root.path(), warm.path(), &s3, "gc")).unwrap();
+    let tiered = Store::open(root.path().join("state"), opts(tiers.shared())).unwrap();
+    check(&tiered);
+}
+
+/// The value-log files the tier manifest of the store at `root` has in the cold tier.
+fn cold_vdls(root: &std::path::Path) -> Vec<String> {
+    let m = letus_core::storage::tiered::Manifest::load(&letus_core::storage::Local, root).unwrap();
+    m.files
+        .iter()
+        .filter(|(rel, f)| {
+            f.tier == letus_core::storage::tiered::Tier::Cold && rel.ends_with(".vdl")
+        })
+        .map(|(rel, _)| rel.clone())
+        .collect()
+}

@@ -738,7 +738,7 @@ impl Store {
             .collect();
         let user_puts = put_lens.len();
         // Value-log GC's queued moves (vlog_gc.rs): their Puts follow this commit's, their Deletes its Deletes.
-        let moving = self.shared.take_moves(
+        let (moving, emptied) = self.shared.take_moves(
             put_lens.iter().map(|&l| u64::from(l)).sum(),
             &|tid, path| staged.contains_key(&(tid, *path)),
         )?;
@@ -873,6 +873,7 @@ impl Store {
         let work = started.elapsed();
         // Written and fsynced without holding the engine: readers go on.
         let end = self.vdls.commit(version, &payload)?;
+        self.shared.moves_committed(version, emptied);
         Counters::add(&self.counters.vlog_moved_records, moved_records);
         Counters::add(&self.counters.vlog_moved_bytes, moved_bytes);
         // A publish that would start a flush while the previous one is still being written waits for it here,

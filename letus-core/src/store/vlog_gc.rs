@@ -10,11 +10,13 @@
 //!    read at a version `x >= B` needs a record that is the key's state at `x` (a leaf), at `B` (the last entry of
 //!    a pruned history) or newer than `B`. The file is sealed, so every record in it is older than `s`; a record
 //!    that is the state at some `x >= s` is also the state at `s`, and `s` refers to none of them.
-//! 4. A sealed file whose garbage is at least [`Options::vlog_gc_garbage`] of its bytes is a **victim**: its live
-//!    records are queued, and the next commits copy them to the log's end as *moved* records (the same bytes,
-//!    version and history link, under another kind) and point the leaves (or tombstones) at the copies. Nothing
-//!    hashed changes, so roots stay the same; replay moves the leaves again from the moved records. The next pass
-//!    finds the file empty and retires it.
+//! 4. A sealed file whose garbage is at least [`Options::vlog_gc_garbage`] of its bytes is a **victim**: the next
+//!    pass's walk collects its live records (one walk per pass), they are queued, and the next commits copy them
+//!    to the log's end as *moved* records (the same bytes, version and history link, under another kind) and
+//!    point the leaves (or tombstones) at the copies. Nothing hashed changes, so roots stay the same; replay
+//!    moves the leaves again from the moved records. Once the commit that took the last move is durable, the
+//!    victims are retired at its version. Moves are queued in key order, so that a commit's moves are neighbours
+//!    and rewrite few pages.
 //!
 //! A move is checked when it is committed (the key still has that record), so a queue taken from an older state
 //! is never wrong, only partly stale. The retired list is memory only: after a restart the first pass finds the
@@ -50,6 +52,11 @@ pub(super) struct GcState {
     retired: BTreeMap<u32, Version>,
     /// Records waiting to be moved by the next commits.
     pub(super) moves: VecDeque<Move>,
+    /// The victims whose every live record is in `moves` (or was taken from it): once a commit that took the last
+    /// move is durable, none of them holds a record that commit's state refers to, and they are retired at it.
+    draining: BTreeSet<u32>,
+    /// Sealed files the last pass found at least `vlog_gc_garbage` garbage: the next pass queues their records.
+    next_victims: BTreeSet<u32>,
 }
 
 /// What one GC pass found and did.
@@ -154,7 +161,8 @@ impl Shared {
             Counters::add(&counters.vlog_bytes_deleted, report.bytes_deleted);
         }
 
-        // 2. Account at the newest version.
+        // 2. Account at the newest version, and collect, in the same walk, the live records of the victims the
+        // previous pass chose (garbage only grows in a sealed file, so they still are): one walk per pass.
         let (version, tombstones) = {
             let e = self.engine();
             let Some(&v) = e.versions.last() else {
@@ -165,47 +173,21 @@ impl Shared {
             (v, t)
         };
         report.version = version;
+        let chosen: BTreeSet<u32> = {
+            let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+            // A queue still draining was taken from an older state; it is finished before another is taken.
+            if st.moves.is_empty() {
+                std::mem::take(&mut st.next_victims)
+            } else {
+                BTreeSet::new()
+            }
+        };
         let files = self.vdls.file_lengths();
         let mut live: HashMap<u32, u64> = HashMap::new();
-        self.for_each_leaf(version, &mut |_, l| {
-            *live.entry(l.loc.file_id).or_default() += u64::from(l.loc.len);
-        })?;
-        for (_, l) in &tombstones {
-            *live.entry(l.file_id).or_default() += u64::from(l.len);
-        }
-        report.log_bytes = files.iter().map(|(_, len)| len).sum();
-        report.live_bytes = live.values().sum();
-
-        // 3. Retire the empty sealed files, choose the victims.
-        let active = files.last().map_or(0, |(id, _)| *id);
-        let mut victims = BTreeSet::new();
-        {
-            let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
-            for &(id, len) in files.iter().filter(|(id, _)| *id != active) {
-                let total = len.saturating_sub(HEADER_LEN);
-                let l = live.get(&id).copied().unwrap_or(0);
-                if l == 0 {
-                    st.retired.entry(id).or_insert(version);
-                } else if garbage < 1.0 && total.saturating_sub(l) as f64 >= garbage * total as f64
-                {
-                    victims.insert(id);
-                }
-            }
-            report.files_retired = st.retired.len() as u64;
-            // A queue still draining was taken from an older state; it is finished before another is taken.
-            if !st.moves.is_empty() {
-                victims.clear();
-            }
-        }
-        Counters::add(&counters.vlog_gc_passes, 1);
-        if victims.is_empty() {
-            return Ok(report);
-        }
-
-        // 4. Queue the victims' live records.
         let mut moves = Vec::new();
         self.for_each_leaf(version, &mut |tid, l| {
-            if moves.len() < MAX_MOVES_PER_PASS && victims.contains(&l.loc.file_id) {
+            *live.entry(l.loc.file_id).or_default() += u64::from(l.loc.len);
+            if moves.len() < MAX_MOVES_PER_PASS && chosen.contains(&l.loc.file_id) {
                 moves.push(Move {
                     tid,
                     path: l.path,
@@ -214,36 +196,68 @@ impl Shared {
                 });
             }
         })?;
-        for ((tid, path), loc) in tombstones {
-            if moves.len() < MAX_MOVES_PER_PASS && victims.contains(&loc.file_id) {
+        for ((tid, path), l) in &tombstones {
+            *live.entry(l.file_id).or_default() += u64::from(l.len);
+            if moves.len() < MAX_MOVES_PER_PASS && chosen.contains(&l.file_id) {
                 moves.push(Move {
-                    tid,
-                    path,
-                    loc,
+                    tid: *tid,
+                    path: *path,
+                    loc: *l,
                     delete: true,
                 });
             }
         }
-        // In log order, so that a file empties as early as possible.
-        moves.sort_by_key(|m| m.loc);
+        report.log_bytes = files.iter().map(|(_, len)| len).sum();
+        report.live_bytes = live.values().sum();
+
+        // 3. Retire the empty sealed files; choose the next pass's victims.
+        let active = files.last().map_or(0, |(id, _)| *id);
+        let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+        for &(id, len) in files.iter().filter(|(id, _)| *id != active) {
+            let total = len.saturating_sub(HEADER_LEN);
+            let l = live.get(&id).copied().unwrap_or(0);
+            if l == 0 {
+                st.retired.entry(id).or_insert(version);
+            } else if garbage < 1.0
+                && !chosen.contains(&id)
+                && total.saturating_sub(l) as f64 >= garbage * total as f64
+            {
+                st.next_victims.insert(id);
+            }
+        }
+        report.files_retired = st.retired.len() as u64;
+        Counters::add(&counters.vlog_gc_passes, 1);
+
+        // 4. Queue this pass's moves.
         report.moves_queued = moves.len() as u64;
-        self.gc
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .moves
-            .extend(moves);
+        if moves.is_empty() {
+            return Ok(report);
+        }
+        // Every live record of the chosen victims is queued, unless the cap cut the walk short.
+        let complete: BTreeSet<u32> = if moves.len() < MAX_MOVES_PER_PASS {
+            chosen
+        } else {
+            BTreeSet::new()
+        };
+        // In key order (the walk's order, tombstones last): the moves a commit takes are neighbours in the trie,
+        // so they rewrite a few pages, not one page per move (in log order a commit's moves were scattered over
+        // the whole state, and the pages they rewrote doubled the index files written).
+        moves.sort_by_key(|m| (m.tid, m.path));
+        st.moves.extend(moves);
+        st.draining = complete;
         Ok(report)
     }
 
     /// The queued moves a commit that puts `put_bytes` of records takes, minus those no longer valid (the key
     /// was written or deleted since, or is written by this commit, per `staged`), with the records they copy.
+    /// Returns, besides, the files that the commit empties if it becomes durable (see [`Shared::moves_committed`]).
     pub(super) fn take_moves(
         &self,
         put_bytes: u64,
         staged: &dyn Fn(TrieId, &KeyPath) -> bool,
-    ) -> Result<Vec<Moving>> {
+    ) -> Result<(Vec<Moving>, BTreeSet<u32>)> {
         let budget = put_bytes.max(MIN_MOVE_BYTES_PER_COMMIT);
-        let batch: Vec<Move> = {
+        let (batch, emptied) = {
             let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
             let mut bytes = 0u64;
             let mut out = Vec::new();
@@ -252,10 +266,15 @@ impl Shared {
                 bytes += u64::from(m.loc.len);
                 out.push(m);
             }
-            out
+            let emptied = if st.moves.is_empty() && !out.is_empty() {
+                std::mem::take(&mut st.draining)
+            } else {
+                BTreeSet::new()
+            };
+            (out, emptied)
         };
         if batch.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), emptied));
         }
         let valid: Vec<Move> = {
             let e = self.engine();
@@ -301,7 +320,21 @@ impl Shared {
                 len: m.loc.len,
             });
         }
-        Ok(out)
+        Ok((out, emptied))
+    }
+
+    /// After the commit of `version` that took the last queued moves is durable: the files they emptied hold
+    /// nothing `version` refers to (each of their live records was moved by a commit up to it, or had been
+    /// replaced), so they are retired at it. (A commit that fails poisons the store, which is reopened with an
+    /// empty GC state, so no file is ever retired by a commit that did not happen.)
+    pub(super) fn moves_committed(&self, version: Version, emptied: BTreeSet<u32>) {
+        if emptied.is_empty() {
+            return;
+        }
+        let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+        for id in emptied {
+            st.retired.entry(id).or_insert(version);
+        }
     }
 }
 
