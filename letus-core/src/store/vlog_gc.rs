@@ -57,11 +57,16 @@ pub(super) struct GcState {
     draining: BTreeSet<u32>,
     /// Sealed files the last pass found at least `vlog_gc_garbage` garbage: the next pass queues their records.
     next_victims: BTreeSet<u32>,
+    /// The value log's committed bytes and live bytes at the last walk.
+    last_walk: Option<(u64, u64)>,
 }
 
 /// What one GC pass found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GcReport {
+    /// Whether this pass walked the state (a background pass between which and the last walk the value log grew
+    /// little only deletes; then `version`, `live_bytes` and `moves_queued` are 0).
+    pub accounted: bool,
     /// The version whose state was accounted.
     pub version: Version,
     /// Committed bytes of every data file.
@@ -131,8 +136,16 @@ impl Shared {
         Ok(())
     }
 
-    /// One GC pass (see the module).
-    pub(super) fn vlog_gc(&self, garbage: f64) -> Result<GcReport> {
+    /// One GC pass (see the module). Unless `always_walk`, the walk is skipped when the value log grew, since the
+    /// last one, by less than an eighth of the live bytes then or less than one file of `file_bytes` (a walk
+    /// reads the whole state: at 1M accounts, a walk after every prune cost about a tenth of the commit rate), or
+    /// while moves are still queued; deleting what the boundary passed needs no walk and always runs.
+    pub(super) fn vlog_gc(
+        &self,
+        garbage: f64,
+        always_walk: bool,
+        file_bytes: u64,
+    ) -> Result<GcReport> {
         let _one_at_a_time = self
             .maintenance
             .lock()
@@ -159,6 +172,18 @@ impl Shared {
             st.retired.retain(|id, _| !due.contains(id));
             Counters::add(&counters.vlog_files_deleted, report.files_deleted);
             Counters::add(&counters.vlog_bytes_deleted, report.bytes_deleted);
+        }
+
+        if !always_walk {
+            let st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+            let now: u64 = self.vdls.file_lengths().iter().map(|(_, l)| l).sum();
+            let grew =
+                |(log, live): (u64, u64)| now.saturating_sub(log) >= (live / 8).max(file_bytes);
+            if !st.moves.is_empty() || !st.last_walk.is_none_or(grew) {
+                report.files_retired = st.retired.len() as u64;
+                report.log_bytes = now;
+                return Ok(report);
+            }
         }
 
         // 2. Account at the newest version, and collect, in the same walk, the live records of the victims the
@@ -209,6 +234,7 @@ impl Shared {
         }
         report.log_bytes = files.iter().map(|(_, len)| len).sum();
         report.live_bytes = live.values().sum();
+        report.accounted = true;
 
         // 3. Retire the empty sealed files; choose the next pass's victims.
         let active = files.last().map_or(0, |(id, _)| *id);
@@ -226,6 +252,7 @@ impl Shared {
             }
         }
         report.files_retired = st.retired.len() as u64;
+        st.last_walk = Some((report.log_bytes, report.live_bytes));
         Counters::add(&counters.vlog_gc_passes, 1);
 
         // 4. Queue this pass's moves.
@@ -345,14 +372,21 @@ impl Store {
     /// records of files at least [`Options::vlog_gc_garbage`] garbage for the next commits to move. See the
     /// module docs (`store/vlog_gc.rs`) and FORMAT.md §1.6.
     pub fn vlog_gc(&self) -> Result<GcReport> {
-        self.shared.vlog_gc(self.limits.vlog_gc_garbage)
+        self.shared.vlog_gc(
+            self.limits.vlog_gc_garbage,
+            true,
+            self.limits.vdls_file_bytes,
+        )
     }
 }
 
 impl Reader {
     /// [`Store::vlog_gc`] from a reader handle.
     pub fn vlog_gc(&self) -> Result<GcReport> {
-        let garbage = self.shared.engine().opts.vlog_gc_garbage;
-        self.shared.vlog_gc(garbage)
+        let (garbage, file_bytes) = {
+            let e = self.shared.engine();
+            (e.opts.vlog_gc_garbage, e.opts.vdls_file_bytes)
+        };
+        self.shared.vlog_gc(garbage, true, file_bytes)
     }
 }
