@@ -1,4 +1,5 @@
-//! The roots log, the tombstone log and the history base (first byte: which one, second: the flushed version).
+//! The roots log, the tombstone log, the history base, the prune manifest and the value log's collected-file list
+//! (first byte: which one, modulo 5; second: the flushed version).
 #![no_main]
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if let [which, flushed, rest @ ..] = data {

@@ -83,14 +83,22 @@ pub fn value_log(dir: &Path, bytes: &[u8]) -> Result<u64> {
 /// `bytes` as the roots log, the tombstone log or the history base (by `which % 3`) of `dir` (a path in memory),
 /// opened as if `flushed` were the newest flushed version.
 pub fn small_log(dir: &Path, which: u8, flushed: Option<u64>, bytes: &[u8]) -> Result<()> {
-    let name = ["roots.log", "tombstones.log", "history_base"][usize::from(which % 3)];
+    let name = [
+        "roots.log",
+        "tombstones.log",
+        "history_base",
+        crate::prune_manifest::FILE_NAME,
+        crate::vdls::collected::FILE_NAME,
+    ][usize::from(which % 5)];
     let fs = Memory::new();
     fs.put(&dir.join(name), bytes);
     let fs: &dyn Storage = &fs;
-    match which % 3 {
+    match which % 5 {
         0 => crate::roots_log::RootsLog::open(fs, dir, flushed).map(drop),
         1 => crate::tombstones::TombstoneLog::open(fs, dir, flushed).map(drop),
-        _ => crate::history_base::read(fs, dir).map(drop),
+        2 => crate::history_base::read(fs, dir).map(drop),
+        3 => crate::prune_manifest::read(fs, dir).map(drop),
+        _ => crate::vdls::collected::read(fs, dir).map(drop),
     }
 }
 
