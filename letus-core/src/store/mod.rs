@@ -738,14 +738,14 @@ impl Store {
             .collect();
         let user_puts = put_lens.len();
         // Value-log GC's queued moves (vlog_gc.rs): their Puts follow this commit's, their Deletes its Deletes.
-        let (moving, emptied) = self.shared.take_moves(
+        let moving = self.shared.take_moves(
             put_lens.iter().map(|&l| u64::from(l)).sum(),
             &|tid, path| staged.contains_key(&(tid, *path)),
         )?;
         let (moved_puts, moved_deletes): (Vec<_>, Vec<_>) = moving
             .into_iter()
             .partition(|m| matches!(m.rec, Record::Put { .. }));
-        put_lens.extend(moved_puts.iter().map(|m| m.len));
+        put_lens.extend(moved_puts.iter().map(|m| m.from.len));
         let locs = self.vdls.next_locations(&put_lens)?;
         let shared = self.shared.clone();
         let started = Instant::now();
@@ -811,9 +811,19 @@ impl Store {
         let moved_bytes: u64 = moved_puts
             .iter()
             .chain(&moved_deletes)
-            .map(|m| u64::from(m.len))
+            .map(|m| u64::from(m.from.len))
             .sum();
         let moved_records = (moved_puts.len() + moved_deletes.len()) as u64;
+        // Value-log GC's accounting (vlog_gc.rs): each record appended is live, each record it replaces (a
+        // leaf's or a tombstone's) no longer is.
+        let mut live_delta: vlog_gc::LiveDelta = Vec::new();
+        let mut live = |added: Location, replaced: Option<Location>| {
+            live_delta.push((added.file_id, i64::from(added.len)));
+            if let Some(r) = replaced {
+                live_delta.push((r.file_id, -i64::from(r.len)));
+            }
+        };
+        let written: Vec<(TrieId, KeyPath)> = staged.keys().copied().collect();
         for ((tid, path), (key, value)) in staged {
             let link = prevs.get(&(tid, path)).copied();
             let prev = link.map(|(l, _)| l);
@@ -836,6 +846,7 @@ impl Store {
                             "a value record did not land where the trie leaf points",
                         ));
                     }
+                    live(loc, prev);
                 }
                 None if prev.is_some() => deletes.push((
                     path,
@@ -858,22 +869,24 @@ impl Store {
                     "a moved value record did not land where the trie leaf points",
                 ));
             }
+            live(loc, Some(m.from));
         }
         for (path, rec) in &deletes {
             let loc = self.vdls.append(rec)?;
             if let Record::Delete { tid, .. } = rec {
                 tombstones.push((*tid, *path, Some(loc)));
             }
+            live(loc, rec.prev());
         }
         for m in &moved_deletes {
             let loc = self.vdls.append_moved(&m.rec, version)?;
             tombstones.push((m.tid, m.path, Some(loc)));
+            live(loc, Some(m.from));
         }
         plan.tombstones = tombstones;
         let work = started.elapsed();
         // Written and fsynced without holding the engine: readers go on.
         let end = self.vdls.commit(version, &payload)?;
-        self.shared.moves_committed(version, emptied);
         Counters::add(&self.counters.vlog_moved_records, moved_records);
         Counters::add(&self.counters.vlog_moved_bytes, moved_bytes);
         // A publish that would start a flush while the previous one is still being written waits for it here,
@@ -885,6 +898,9 @@ impl Store {
         // the publish, not the fsync: the clock restarts after it.
         let mut engine = self.engine_mut()?;
         engine.apply(plan, end, Instant::now() - work)?;
+        // Under the exclusive hold: a GC walk that reads the newest version misses no commit's changes.
+        self.shared
+            .gc_committed(version, end.file_id, live_delta, &mut written.into_iter());
         engine
             .tries
             .keys()

@@ -459,7 +459,6 @@ impl Pruner {
         gc_garbage: f64,
     ) -> Result<Pruner> {
         let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
-        let file_bytes = shared.engine().opts.vdls_file_bytes;
         let weak = Arc::downgrade(shared);
         let handle = std::thread::Builder::new()
             .name("letus-prune".into())
@@ -475,7 +474,7 @@ impl Pruner {
                         // A new boundary: value-log files retired before it can go, and the newest state is
                         // accounted again (vlog_gc.rs).
                         Ok(Some(_)) => {
-                            if shared.vlog_gc(gc_garbage, false, file_bytes).is_err() {
+                            if shared.vlog_gc(gc_garbage).is_err() {
                                 // Nothing was lost: a deletion is committed by its list before any unlink
                                 // (FORMAT.md §1.6), and the moves it queued are checked when committed.
                                 Counters::add(&shared.engine().counters.vlog_gc_errors, 1);

@@ -2,27 +2,31 @@
 //! moving the live records out of files that are mostly garbage so that those can be deleted too (FORMAT.md
 //! §1.6).
 //!
-//! A pass (after each background prune, or [`Store::vlog_gc`]):
-//! 1. **Delete** the files retired by an earlier pass whose retirement version the prune boundary has reached.
-//! 2. **Account**: walk the leaves of every trie at the newest version `s`, and the tombstones, summing the
-//!    record bytes each data file holds that `s` refers to (its live bytes; exact, from the state itself).
-//! 3. A sealed file with no live byte is **retired at `s`**. Why it can go once the boundary `B` reaches `s`: a
-//!    read at a version `x >= B` needs a record that is the key's state at `x` (a leaf), at `B` (the last entry of
-//!    a pruned history) or newer than `B`. The file is sealed, so every record in it is older than `s`; a record
-//!    that is the state at some `x >= s` is also the state at `s`, and `s` refers to none of them.
-//! 4. A sealed file whose garbage is at least [`Options::vlog_gc_garbage`] of its bytes is a **victim**: the next
-//!    pass's walk collects its live records (one walk per pass), they are queued, and the next commits copy them
-//!    to the log's end as *moved* records (the same bytes, version and history link, under another kind) and
-//!    point the leaves (or tombstones) at the copies. Nothing hashed changes, so roots stay the same; replay
-//!    moves the leaves again from the moved records. Once the commit that took the last move is durable, the
-//!    victims are retired at its version. Moves are queued in key order, so that a commit's moves are neighbours
-//!    and rewrite few pages.
+//! **Accounting.** GC keeps, per data file, its live bytes: the bytes of the records that the newest state refers
+//! to (leaves and tombstones). The first pass after an open walks the state once to find them; from then on each
+//! commit adjusts them by what it changed (the record a write replaces stops being live, the record it appends
+//! starts), under the engine's exclusive hold while it publishes, so the figures are exact at every version.
 //!
-//! A move is checked when it is committed (the key still has that record), so a queue taken from an older state
-//! is never wrong, only partly stale. The retired list is memory only: after a restart the first pass finds the
-//! same files empty again.
+//! **Retiring and deleting.** A sealed file whose live bytes are zero at a version `v` is retired at `v`, and
+//! deleted once the prune boundary `B` reaches `v`. Why no read needs it then: a read at a version `x >= B` needs
+//! a record that is the key's state at `x` (a leaf), at `B` (the last entry of a pruned history) or newer than
+//! `B`. The file is sealed, so every record in it is older than `v`; a record that is the state at some `x >= v`
+//! is also the state at `v`, and `v` refers to none of them.
+//!
+//! **Moving.** A sealed file whose garbage is at least [`Options::vlog_gc_garbage`] of its bytes is a victim: a
+//! pass reads it record by record, keeps those the newest state still refers to, and queues them; the next
+//! commits copy them to the log's end as *moved* records (the same bytes, version and history link, under another
+//! kind) and point the leaves (or tombstones) at the copies. Nothing hashed changes, so roots stay the same; replay
+//! moves the leaves again from the moved records. The commit that moves a victim's last live record brings it to
+//! zero, which retires it. Moves are queued in key order, so that a commit's moves are neighbours in the trie and
+//! rewrite few pages. A queued record was live when checked; from before that check until the queue is drained,
+//! the keys every commit writes are recorded, and a move of a key written since is dropped, so a queue is never
+//! wrong, only partly stale.
+//!
+//! What GC costs: one walk of the state per open, a read of each victim file, and the moves. The state is in
+//! memory only (live bytes, retired files, the queue): an open starts over from a walk.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 
 use super::*;
 use crate::vdls::HEADER_LEN;
@@ -42,32 +46,50 @@ pub(super) struct Moving {
     pub(super) tid: TrieId,
     pub(super) path: KeyPath,
     pub(super) rec: Record,
-    pub(super) len: u32,
+    /// Where the record is now.
+    pub(super) from: Location,
 }
 
-/// What GC keeps between passes.
+/// Changes of live bytes per data file: `(file id, bytes added (+) or no longer referred to (-))`.
+pub(super) type LiveDelta = Vec<(u32, i64)>;
+
+/// What GC keeps (memory only).
 #[derive(Default)]
 pub(super) struct GcState {
-    /// Data files the newest state did not refer to at the version given: deleted once it is pruned.
+    /// Live bytes per data file, exact at the version given (`None` until the first walk after the open).
+    live: Option<(Version, HashMap<u32, u64>)>,
+    /// A walk in progress at the version given, and the changes of the commits after it.
+    walking: Option<(Version, Vec<(Version, LiveDelta)>)>,
+    /// Data files the state did not refer to at the version given: deleted once it is pruned.
     retired: BTreeMap<u32, Version>,
+    /// Victims already read and queued (not chosen again).
+    scanned: BTreeSet<u32>,
     /// Records waiting to be moved by the next commits.
-    pub(super) moves: VecDeque<Move>,
-    /// The victims whose every live record is in `moves` (or was taken from it): once a commit that took the last
-    /// move is durable, none of them holds a record that commit's state refers to, and they are retired at it.
-    draining: BTreeSet<u32>,
-    /// Sealed files the last pass found at least `vlog_gc_garbage` garbage: the next pass queues their records.
-    next_victims: BTreeSet<u32>,
-    /// The value log's committed bytes and live bytes at the last walk.
-    last_walk: Option<(u64, u64)>,
+    moves: VecDeque<Move>,
+    /// The keys committed since the records queued (or being queued) were checked: a move of one of them is
+    /// stale. Recorded only while there is a queue.
+    written: Option<HashSet<(TrieId, KeyPath)>>,
+}
+
+impl GcState {
+    fn apply(map: &mut HashMap<u32, u64>, delta: &LiveDelta) -> bool {
+        for &(id, d) in delta {
+            let e = map.entry(id).or_default();
+            match e.checked_add_signed(d) {
+                Some(v) => *e = v,
+                None => return false,
+            }
+        }
+        true
+    }
 }
 
 /// What one GC pass found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GcReport {
-    /// Whether this pass walked the state (a background pass between which and the last walk the value log grew
-    /// little only deletes; then `version`, `live_bytes` and `moves_queued` are 0).
-    pub accounted: bool,
-    /// The version whose state was accounted.
+    /// Whether this pass walked the state (the first after an open does, to find the live bytes).
+    pub walked: bool,
+    /// The version the live bytes are exact at.
     pub version: Version,
     /// Committed bytes of every data file.
     pub log_bytes: u64,
@@ -79,14 +101,16 @@ pub struct GcReport {
     pub bytes_deleted: u64,
     /// Files waiting for the prune boundary to reach their retirement version.
     pub files_retired: u64,
+    /// Victim files read by this pass.
+    pub files_scanned: u64,
     /// Records queued for moving by this pass.
     pub moves_queued: u64,
 }
 
 /// The most records one pass queues (about 40 bytes of memory each); the rest wait for a later pass.
 const MAX_MOVES_PER_PASS: usize = 1 << 18;
-/// Leaves an accounting walk reads per hold of the engine.
-const LEAVES_PER_HOLD: usize = 4096;
+/// Leaves an accounting walk, and records a victim scan, check per hold of the engine.
+const PER_HOLD: usize = 4096;
 /// The least record bytes a commit moves when moves are waiting; otherwise it moves at most what it writes, so
 /// that GC at most doubles what a commit appends.
 const MIN_MOVE_BYTES_PER_COMMIT: u64 = 64 << 10;
@@ -116,7 +140,7 @@ impl Shared {
             let mut after: Option<KeyPath> = None;
             loop {
                 let batch = self.walk_view(Some(Some(version)), |v| {
-                    v.leaf_batch(tid, after.as_ref(), LEAVES_PER_HOLD)
+                    v.leaf_batch(tid, after.as_ref(), PER_HOLD)
                 });
                 let batch = match batch {
                     Ok(b) => b,
@@ -128,7 +152,7 @@ impl Shared {
                     f(tid, l);
                 }
                 match batch.last() {
-                    Some(l) if batch.len() == LEAVES_PER_HOLD => after = Some(l.path),
+                    Some(l) if batch.len() == PER_HOLD => after = Some(l.path),
                     _ => break,
                 }
             }
@@ -136,16 +160,57 @@ impl Shared {
         Ok(())
     }
 
-    /// One GC pass (see the module). Unless `always_walk`, the walk is skipped when the value log grew, since the
-    /// last one, by less than an eighth of the live bytes then or less than one file of `file_bytes` (a walk
-    /// reads the whole state: at 1M accounts, a walk after every prune cost about a tenth of the commit rate), or
-    /// while moves are still queued; deleting what the boundary passed needs no walk and always runs.
-    pub(super) fn vlog_gc(
-        &self,
-        garbage: f64,
-        always_walk: bool,
-        file_bytes: u64,
-    ) -> Result<GcReport> {
+    /// Finds the live bytes per data file by a walk of the state at the newest version, and installs them: the
+    /// commits that publish meanwhile are recorded (see [`Shared::gc_committed`]) and applied after it, in the
+    /// same hold of the GC state that installs the figures, so none is missed. Returns whether there was a state.
+    fn walk_live(&self) -> Result<bool> {
+        let (version, tombstones) = {
+            let e = self.engine();
+            let Some(&v) = e.versions.last() else {
+                return Ok(false);
+            };
+            let t: Vec<Location> = e.tombstones.values().copied().collect();
+            // Under the engine, so that no commit publishes between the version read and the recording start.
+            self.gc
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .walking = Some((v, Vec::new()));
+            (v, t)
+        };
+        let dir = self.engine_dir_vdls();
+        let mut live: HashMap<u32, u64> = HashMap::new();
+        let walked = self.for_each_leaf(version, &mut |_, l| {
+            *live.entry(l.loc.file_id).or_default() += u64::from(l.loc.len);
+        });
+        let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+        let (_, after) = st.walking.take().unwrap_or((version, Vec::new()));
+        walked?;
+        for l in tombstones {
+            *live.entry(l.file_id).or_default() += u64::from(l.len);
+        }
+        let mut at = version;
+        for (v, d) in &after {
+            if !GcState::apply(&mut live, d) {
+                return Err(Error::corrupt(
+                    dir,
+                    0,
+                    "value-log accounting went below zero",
+                ));
+            }
+            at = at.max(*v);
+        }
+        st.live = Some((at, live));
+        Ok(true)
+    }
+
+    fn engine_dir_vdls(&self) -> PathBuf {
+        self.engine().dir.join("vdls")
+    }
+
+    /// One GC pass (see the module): delete the retired files the boundary has passed; find the live bytes (a
+    /// walk, the first time after an open); retire the sealed files with none; and, when no move is queued, read
+    /// victims and queue their live records.
+    pub(super) fn vlog_gc(&self, garbage: f64) -> Result<GcReport> {
         let _one_at_a_time = self
             .maintenance
             .lock()
@@ -170,154 +235,161 @@ impl Shared {
             report.files_deleted = due.len() as u64;
             let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
             st.retired.retain(|id, _| !due.contains(id));
+            st.scanned.retain(|id| !due.contains(id));
+            if let Some((_, map)) = &mut st.live {
+                map.retain(|id, _| !due.contains(id));
+            }
             Counters::add(&counters.vlog_files_deleted, report.files_deleted);
             Counters::add(&counters.vlog_bytes_deleted, report.bytes_deleted);
         }
 
-        if !always_walk {
-            let st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
-            let now: u64 = self.vdls.file_lengths().iter().map(|(_, l)| l).sum();
-            let grew =
-                |(log, live): (u64, u64)| now.saturating_sub(log) >= (live / 8).max(file_bytes);
-            if !st.moves.is_empty() || !st.last_walk.is_none_or(grew) {
-                report.files_retired = st.retired.len() as u64;
-                report.log_bytes = now;
+        // 2. The live bytes: kept by the commits, found by a walk the first time.
+        let known = self
+            .gc
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .live
+            .is_some();
+        if !known {
+            if !self.walk_live()? {
                 return Ok(report);
             }
+            report.walked = true;
         }
-
-        // 2. Account at the newest version, and collect, in the same walk, the live records of the victims the
-        // previous pass chose (garbage only grows in a sealed file, so they still are): one walk per pass.
-        let (version, tombstones) = {
-            let e = self.engine();
-            let Some(&v) = e.versions.last() else {
-                return Ok(report);
-            };
-            let t: Vec<((TrieId, KeyPath), Location)> =
-                e.tombstones.iter().map(|(k, l)| (*k, *l)).collect();
-            (v, t)
-        };
-        report.version = version;
-        let chosen: BTreeSet<u32> = {
-            let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
-            // A queue still draining was taken from an older state; it is finished before another is taken.
-            if st.moves.is_empty() {
-                std::mem::take(&mut st.next_victims)
-            } else {
-                BTreeSet::new()
-            }
-        };
-        let files = self.vdls.file_lengths();
-        let mut live: HashMap<u32, u64> = HashMap::new();
-        let mut moves = Vec::new();
-        self.for_each_leaf(version, &mut |tid, l| {
-            *live.entry(l.loc.file_id).or_default() += u64::from(l.loc.len);
-            if moves.len() < MAX_MOVES_PER_PASS && chosen.contains(&l.loc.file_id) {
-                moves.push(Move {
-                    tid,
-                    path: l.path,
-                    loc: l.loc,
-                    delete: false,
-                });
-            }
-        })?;
-        for ((tid, path), l) in &tombstones {
-            *live.entry(l.file_id).or_default() += u64::from(l.len);
-            if moves.len() < MAX_MOVES_PER_PASS && chosen.contains(&l.file_id) {
-                moves.push(Move {
-                    tid: *tid,
-                    path: *path,
-                    loc: *l,
-                    delete: true,
-                });
-            }
-        }
-        report.log_bytes = files.iter().map(|(_, len)| len).sum();
-        report.live_bytes = live.values().sum();
-        report.accounted = true;
-
-        // 3. Retire the empty sealed files; choose the next pass's victims.
-        let active = files.last().map_or(0, |(id, _)| *id);
-        let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
-        for &(id, len) in files.iter().filter(|(id, _)| *id != active) {
-            let total = len.saturating_sub(HEADER_LEN);
-            let l = live.get(&id).copied().unwrap_or(0);
-            if l == 0 {
-                st.retired.entry(id).or_insert(version);
-            } else if garbage < 1.0
-                && !chosen.contains(&id)
-                && total.saturating_sub(l) as f64 >= garbage * total as f64
-            {
-                st.next_victims.insert(id);
-            }
-        }
-        report.files_retired = st.retired.len() as u64;
-        st.last_walk = Some((report.log_bytes, report.live_bytes));
         Counters::add(&counters.vlog_gc_passes, 1);
 
-        // 4. Queue this pass's moves.
-        report.moves_queued = moves.len() as u64;
-        if moves.is_empty() {
+        // 3. Retire the sealed files with nothing live; choose the victims.
+        let files = self.vdls.file_lengths();
+        let active = files.last().map_or(0, |(id, _)| *id);
+        let mut victims: Vec<(u64, u32)> = Vec::new();
+        let queue_empty = {
+            let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+            let GcState {
+                live,
+                retired,
+                scanned,
+                moves,
+                ..
+            } = &mut *st;
+            let Some((version, map)) = live.as_ref() else {
+                return Ok(report);
+            };
+            report.version = *version;
+            report.log_bytes = files.iter().map(|(_, len)| len).sum();
+            report.live_bytes = map.values().sum();
+            for &(id, len) in files.iter().filter(|(id, _)| *id != active) {
+                let total = len.saturating_sub(HEADER_LEN);
+                let l = map.get(&id).copied().unwrap_or(0);
+                if l == 0 {
+                    retired.entry(id).or_insert(*version);
+                } else if garbage < 1.0
+                    && !scanned.contains(&id)
+                    && total.saturating_sub(l) as f64 >= garbage * total as f64
+                {
+                    victims.push((total.saturating_sub(l), id));
+                }
+            }
+            report.files_retired = retired.len() as u64;
+            moves.is_empty()
+        };
+        if !queue_empty || victims.is_empty() {
             return Ok(report);
         }
-        // Every live record of the chosen victims is queued, unless the cap cut the walk short.
-        let complete: BTreeSet<u32> = if moves.len() < MAX_MOVES_PER_PASS {
-            chosen
-        } else {
-            BTreeSet::new()
-        };
-        // In key order (the walk's order, tombstones last): the moves a commit takes are neighbours in the trie,
-        // so they rewrite a few pages, not one page per move (in log order a commit's moves were scattered over
-        // the whole state, and the pages they rewrote doubled the index files written).
-        moves.sort_by_key(|m| (m.tid, m.path));
-        st.moves.extend(moves);
-        st.draining = complete;
+        // From here every key a commit writes is recorded, so that the records checked below and found live need
+        // no second look when a commit moves them: a key not written since is still where it was checked.
+        self.gc
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .written = Some(HashSet::new());
+
+        // 4. Read the victims, most garbage first, and queue what the state still refers to.
+        victims.sort_unstable_by(|a, b| b.cmp(a));
+        let mut queued: Vec<Move> = Vec::new();
+        let mut scanned = Vec::new();
+        for (_, id) in victims {
+            if queued.len() >= MAX_MOVES_PER_PASS {
+                break;
+            }
+            let mut batch: Vec<Move> = Vec::with_capacity(PER_HOLD);
+            let check = |batch: &mut Vec<Move>, queued: &mut Vec<Move>| -> Result<()> {
+                let e = self.engine_after_writers();
+                for m in batch.drain(..) {
+                    let current = if m.delete {
+                        e.tombstones.get(&(m.tid, m.path)).copied()
+                    } else {
+                        e.latest_leaf(m.tid, &m.path)?.map(|l| l.loc)
+                    };
+                    if current == Some(m.loc) {
+                        queued.push(m);
+                    }
+                }
+                Ok(())
+            };
+            self.vdls.scan_file(id, &mut |loc, rec| {
+                let (tid, key, delete) = match rec {
+                    Record::Put { tid, key, .. } => (*tid, key, false),
+                    Record::Delete { tid, key, .. } => (*tid, key, true),
+                    Record::Commit { .. } => return Ok(()),
+                };
+                batch.push(Move {
+                    tid,
+                    path: KeyPath::of(key),
+                    loc,
+                    delete,
+                });
+                if batch.len() >= PER_HOLD {
+                    check(&mut batch, &mut queued)?;
+                }
+                Ok(())
+            })?;
+            check(&mut batch, &mut queued)?;
+            scanned.push(id);
+        }
+        report.files_scanned = scanned.len() as u64;
+        report.moves_queued = queued.len() as u64;
+        // In key order: the moves a commit takes are neighbours in the trie, so they rewrite a few pages, not one
+        // page per move (in log order a commit's moves were scattered over the whole state, and the pages they
+        // rewrote doubled the index files written).
+        queued.sort_by_key(|m| (m.tid, m.path));
+        let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+        st.scanned.extend(scanned);
+        st.moves.extend(queued);
+        if st.moves.is_empty() {
+            st.written = None;
+        }
         Ok(report)
     }
 
     /// The queued moves a commit that puts `put_bytes` of records takes, minus those no longer valid (the key
-    /// was written or deleted since, or is written by this commit, per `staged`), with the records they copy.
-    /// Returns, besides, the files that the commit empties if it becomes durable (see [`Shared::moves_committed`]).
+    /// was committed since it was checked, or is written by this commit, per `staged`), with the records they
+    /// copy.
     pub(super) fn take_moves(
         &self,
         put_bytes: u64,
         staged: &dyn Fn(TrieId, &KeyPath) -> bool,
-    ) -> Result<(Vec<Moving>, BTreeSet<u32>)> {
+    ) -> Result<Vec<Moving>> {
         let budget = put_bytes.max(MIN_MOVE_BYTES_PER_COMMIT);
-        let (batch, emptied) = {
+        let valid: Vec<Move> = {
             let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+            if st.moves.is_empty() {
+                return Ok(Vec::new());
+            }
             let mut bytes = 0u64;
             let mut out = Vec::new();
             while bytes < budget {
                 let Some(m) = st.moves.pop_front() else { break };
                 bytes += u64::from(m.loc.len);
-                out.push(m);
-            }
-            let emptied = if st.moves.is_empty() && !out.is_empty() {
-                std::mem::take(&mut st.draining)
-            } else {
-                BTreeSet::new()
-            };
-            (out, emptied)
-        };
-        if batch.is_empty() {
-            return Ok((Vec::new(), emptied));
-        }
-        let valid: Vec<Move> = {
-            let e = self.engine();
-            let mut out = Vec::with_capacity(batch.len());
-            for m in batch {
-                if staged(m.tid, &m.path) {
-                    continue;
-                }
-                let current = if m.delete {
-                    e.tombstones.get(&(m.tid, m.path)).copied()
-                } else {
-                    e.latest_leaf(m.tid, &m.path)?.map(|l| l.loc)
-                };
-                if current == Some(m.loc) {
+                let written = st
+                    .written
+                    .as_ref()
+                    .is_some_and(|w| w.contains(&(m.tid, m.path)));
+                if !written && !staged(m.tid, &m.path) {
                     out.push(m);
                 }
+            }
+            if st.moves.is_empty() {
+                // Drained: nothing is left to check (the next scan starts a new record before its checks).
+                st.written = None;
             }
             out
         };
@@ -335,7 +407,7 @@ impl Shared {
             };
             if !fits {
                 return Err(Error::corrupt(
-                    self.engine().dir.join("vdls"),
+                    self.engine_dir_vdls(),
                     m.loc.offset,
                     "a leaf's value record is of another key",
                 ));
@@ -344,49 +416,80 @@ impl Shared {
                 tid: m.tid,
                 path: m.path,
                 rec,
-                len: m.loc.len,
+                from: m.loc,
             });
         }
-        Ok((out, emptied))
+        Ok(out)
     }
 
-    /// After the commit of `version` that took the last queued moves is durable: the files they emptied hold
-    /// nothing `version` refers to (each of their live records was moved by a commit up to it, or had been
-    /// replaced), so they are retired at it. (A commit that fails poisons the store, which is reopened with an
-    /// empty GC state, so no file is ever retired by a commit that did not happen.)
-    pub(super) fn moves_committed(&self, version: Version, emptied: BTreeSet<u32>) {
-        if emptied.is_empty() {
+    /// Called by the writer while it holds the engine exclusively to publish `version` (durable by then), with
+    /// the live bytes the commit changed and the keys it wrote: the figures advance to `version`, a sealed file
+    /// (below `active`) they bring to zero is retired at it, and the keys are recorded while moves are queued or
+    /// being checked. If the figures ever went below zero (a bug), they are dropped and the next pass walks
+    /// again.
+    pub(super) fn gc_committed(
+        &self,
+        version: Version,
+        active: u32,
+        delta: LiveDelta,
+        keys: &mut dyn Iterator<Item = (TrieId, KeyPath)>,
+    ) {
+        if delta.is_empty() {
             return;
         }
         let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
-        for id in emptied {
-            st.retired.entry(id).or_insert(version);
+        let GcState {
+            live,
+            walking,
+            retired,
+            written,
+            ..
+        } = &mut *st;
+        if let Some(w) = written {
+            w.extend(keys);
+        }
+        if let Some((s, after)) = walking {
+            if version > *s {
+                after.push((version, delta.clone()));
+            }
+        }
+        let mut dropped = false;
+        if let Some((v, map)) = live {
+            if version > *v {
+                if GcState::apply(map, &delta) {
+                    *v = version;
+                    for &(id, _) in &delta {
+                        if id < active && map.get(&id) == Some(&0) {
+                            retired.entry(id).or_insert(version);
+                        }
+                    }
+                } else {
+                    dropped = true;
+                }
+            }
+        }
+        if dropped {
+            st.live = None;
         }
     }
 }
 
 impl Store {
     /// Runs one value-log GC pass now (the background pruner of [`Options::keep_versions`] runs one after each
-    /// prune): deletes the value-log files retired by an earlier pass that the prune boundary has passed, accounts
-    /// the live bytes of every file at the newest version, retires the files with none, and queues the live
-    /// records of files at least [`Options::vlog_gc_garbage`] garbage for the next commits to move. See the
-    /// module docs (`store/vlog_gc.rs`) and FORMAT.md §1.6.
+    /// prune): deletes the value-log files retired earlier that the prune boundary
+    /// has passed, reports the live bytes of the value log (a walk of the state the first time after an open),
+    /// retires the sealed files with none, and queues the live records of files at least
+    /// [`Options::vlog_gc_garbage`] garbage for the next commits to move. See the module docs
+    /// (`store/vlog_gc.rs`) and FORMAT.md §1.6.
     pub fn vlog_gc(&self) -> Result<GcReport> {
-        self.shared.vlog_gc(
-            self.limits.vlog_gc_garbage,
-            true,
-            self.limits.vdls_file_bytes,
-        )
+        self.shared.vlog_gc(self.limits.vlog_gc_garbage)
     }
 }
 
 impl Reader {
     /// [`Store::vlog_gc`] from a reader handle.
     pub fn vlog_gc(&self) -> Result<GcReport> {
-        let (garbage, file_bytes) = {
-            let e = self.shared.engine();
-            (e.opts.vlog_gc_garbage, e.opts.vdls_file_bytes)
-        };
-        self.shared.vlog_gc(garbage, true, file_bytes)
+        let garbage = self.shared.engine().opts.vlog_gc_garbage;
+        self.shared.vlog_gc(garbage)
     }
 }

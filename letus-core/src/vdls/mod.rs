@@ -378,6 +378,38 @@ impl VdlsReader {
             .contains(&id)
     }
 
+    /// Calls `f` with every Put and Delete record of sealed data file `id` (moved ones included), in file order,
+    /// reading it a MiB at a time. Any damage is [`Error::Corrupt`]: a sealed file is complete.
+    pub fn scan_file(
+        &self,
+        id: u32,
+        f: &mut dyn FnMut(Location, &Record) -> Result<()>,
+    ) -> Result<()> {
+        let file = self.file(id, HEADER_LEN)?;
+        let len = file.len();
+        let mut r = recovery::Reader::new(&*file.file, &file.path, len, &self.counters);
+        let mut o = HEADER_LEN;
+        while o < len {
+            match recovery::next_record(&mut r, id, o)? {
+                recovery::Step::Record(d, n) => {
+                    if d.group.is_none() {
+                        f(
+                            Location {
+                                file_id: id,
+                                offset: o,
+                                len: n,
+                            },
+                            &d.rec,
+                        )?;
+                    }
+                    o += u64::from(n);
+                }
+                recovery::Step::Damaged(why) => return Err(Error::corrupt(&file.path, o, why)),
+            }
+        }
+        Ok(())
+    }
+
     /// `(id, committed length)` of every data file, ascending; the last one is the active file.
     pub fn file_lengths(&self) -> Vec<(u32, u64)> {
         self.files().iter().map(|f| (f.id, f.len())).collect()

@@ -380,7 +380,7 @@ fn open_files(fs: &dyn Storage, dir: &Path, collected: &BTreeSet<u32>) -> Result
 }
 
 /// A forward read window over one file, so the scan does one large `pread` per MiB instead of two per record.
-struct Reader<'a> {
+pub(super) struct Reader<'a> {
     file: &'a dyn StorageFile,
     path: &'a Path,
     len: u64,
@@ -390,7 +390,12 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(file: &'a dyn StorageFile, path: &'a Path, len: u64, counters: &'a Counters) -> Self {
+    pub(super) fn new(
+        file: &'a dyn StorageFile,
+        path: &'a Path,
+        len: u64,
+        counters: &'a Counters,
+    ) -> Self {
         Reader {
             file,
             path,
@@ -422,14 +427,14 @@ impl<'a> Reader<'a> {
     }
 }
 
-enum Step {
+pub(super) enum Step {
     Record(record::Decoded, u32),
     /// Bytes that are not a whole, checksum-valid record: a torn tail or damage (see the module rule).
     Damaged(String),
 }
 
 /// Decodes the record at `o`. Length bounds are checked before anything of that length is read.
-fn next_record(r: &mut Reader<'_>, file_id: u32, o: u64) -> Result<Step> {
+pub(super) fn next_record(r: &mut Reader<'_>, file_id: u32, o: u64) -> Result<Step> {
     let remain = r.len - o;
     if remain < PREFIX_LEN as u64 {
         return Ok(Step::Damaged(format!(
