@@ -3,8 +3,9 @@
 //! 1. `--windows`: the same chain (load of `--accounts` in blocks of 50,000, then `--blocks` payment blocks of
 //!    `--txs` transfers) applied to one store per setting — archive, and `Options::keep_versions` of each window
 //!    (0: keep only the latest state) — each on its own, durable commits: commit rate over the payment blocks,
-//!    p50/p99/max commit latency, then allocated bytes on disk (index files, value log, all) against a fresh bulk
-//!    import of the head state, and what value-log GC left: the value log against its live bytes (the exact
+//!    p50/p99/max commit latency, then allocated bytes on disk as the pruner left it, pruned right up to the
+//!    window, and with the base files merged (`Store::prune_merged`, then closed: index files, value log, all)
+//!    against a fresh bulk import of the head state, and what value-log GC left: the value log against its live bytes (the exact
 //!    accounting of a last GC pass), the bytes it moved, and the lifetime value write amplification (value
 //!    records written, moved ones included, over the chain's own records);
 //! 2. `--history`: the cost of pruning 1,000 versions on stores of 2,000 and of `--long` versions (blocks of
@@ -185,9 +186,9 @@ fn part_windows(a: &Args, root: &Path) {
     );
     std::fs::remove_dir_all(&fresh_dir).unwrap();
     println!(
-        "| setting | apply time | payment updates/s | commit p50 / p99 / max | prunes | on disk as the pruner left it | on disk, pruned to the window | of which index files | value log | disk / fresh import | index files / fresh import's | value log / its live bytes | GC: files deleted, moved | value write amplification |"
+        "| setting | apply time | payment updates/s | commit p50 / p99 / max | prunes | on disk as the pruner left it | on disk, pruned to the window | merged, closed | of which index files | value log | disk / fresh import | index files / fresh import's | value log / its live bytes | GC: files deleted, moved | value write amplification |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut settings: Vec<Option<u64>> = vec![None];
     settings.extend(a.windows.iter().map(|w| Some(*w)));
     for keep in settings {
@@ -225,7 +226,30 @@ fn part_windows(a: &Args, root: &Path) {
             while s.prune(k).unwrap().is_some() {}
         }
         // A last GC pass: deletes what the boundary has passed, and accounts the live bytes exactly.
-        let gc = s.vlog_gc().unwrap();
+        let mut gc = s.vlog_gc().unwrap();
+        let pruned = allocated(&dir);
+        // Then the base files merged into one (`letus prune --merge`): the least disk a prune leaves.
+        if let Some(k) = keep {
+            s.prune_merged(k).unwrap();
+            gc = s.vlog_gc().unwrap();
+        }
+        // Where the value log's bytes are, file by file (stderr, beside the table): MiB committed / live,
+        // R retired (waiting for the boundary), V a victim whose records are queued.
+        let files: Vec<String> = gc
+            .files
+            .iter()
+            .map(|f| {
+                format!(
+                    "{}:{:.1}/{:.1}{}{}",
+                    f.id,
+                    f.bytes as f64 / 1048576.0,
+                    f.live_bytes as f64 / 1048576.0,
+                    if f.retired_at.is_some() { "R" } else { "" },
+                    if f.victim { "V" } else { "" }
+                )
+            })
+            .collect();
+        eprintln!("value-log files of {keep:?}: {}", files.join(" "));
         let m = s.metrics();
         let prunes = m.prunes;
         let oldest = s.pruned_below();
@@ -239,13 +263,14 @@ fn part_windows(a: &Args, root: &Path) {
             Some(k) => format!("window {k}"),
         };
         println!(
-            "| {name} (oldest held: {}) | {apply:.1} s | {:.0} | {:.1} / {:.1} / {:.1} ms | {prunes} | {} | {} | {} | {} | {:.2}x | {:.2}x | {} / {} = {:.2}x | {}, {} | {:.2} |",
+            "| {name} (oldest held: {}) | {apply:.1} s | {:.0} | {:.1} / {:.1} / {:.1} ms | {prunes} | {} | {} | {} | {} | {} | {:.2}x | {:.2}x | {} / {} = {:.2}x | {}, {} | {:.2} |",
             oldest.map_or("1".into(), |o| o.to_string()),
             updates as f64 / pay_secs,
             pct(&mut lat, 0.5),
             pct(&mut lat, 0.99),
             pct(&mut lat, 1.0),
             mib(running),
+            mib(pruned),
             mib(total),
             mib(index),
             mib(vlog),

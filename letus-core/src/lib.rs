@@ -37,5 +37,5 @@ pub use letus_verify::{Digest, Hash, Proof, TrieId, Version};
 pub use options::{MemorySplit, Options};
 pub use store::{
     FullVerification, GcReport, HistoryEntry, HistoryPage, MemoryUse, PruneReport, Reader,
-    Replayed, Snapshot, Store,
+    Replayed, Snapshot, Store, VlogFileStatus,
 };

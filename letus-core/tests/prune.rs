@@ -268,6 +268,16 @@ fn a_pruned_store_reads_as_the_archive_at_every_version_it_keeps() {
     );
     compare(&a, &p, 240);
 
+    // Merging every base file into one: the index files come down to one base file and the versions after it.
+    p.flush().unwrap();
+    p.prune_merged(5).unwrap();
+    let bases = index_files(dp.path())
+        .iter()
+        .filter(|n| n.matches('.').count() == 2)
+        .count();
+    assert_eq!(bases, 1, "{:?}", index_files(dp.path()));
+    compare(&a, &p, 240);
+
     compare_history(&a, &p);
     let boundary = p.pruned_below().unwrap();
 
@@ -635,5 +645,66 @@ fn value_log_gc_beside_commits_that_overwrite_the_keys_it_moves() {
     drop(p);
     let p = Store::open(dp.path(), gc_opts(local())).unwrap();
     compare(&a, &p, 250);
+    compare_history(&a, &p);
+}
+
+/// Between prunes, the background pruner deletes the value-log files that commits emptied as soon as the window
+/// passes them: it raises the boundary to `latest - keep` (durably, so a reopen keeps it) without touching the
+/// index files, and the store still reads as the archive at every version it keeps.
+#[test]
+fn the_pruner_deletes_emptied_value_log_files_between_prunes() {
+    let (da, dp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = Store::open(da.path(), gc_opts(local())).unwrap();
+    let keep = 5;
+    let popts = Options {
+        keep_versions: Some(keep),
+        // No background prune after the first (its index files never outweigh a billion copies of the state),
+        // so no background pass reads victims either: the files deleted here are those the explicit pass
+        // below queued, emptied by the commits that moved their records.
+        prune_garbage_ratio: 1e9,
+        vlog_gc_garbage: 0.2,
+        ..gc_opts(local())
+    };
+    let mut p = Store::open(dp.path(), popts.clone()).unwrap();
+    let seed = 29;
+    for v in 1..=60 {
+        commit(&mut a, seed, v).unwrap();
+        commit(&mut p, seed, v).unwrap();
+    }
+    p.prune(keep).unwrap().expect("a first prune");
+    // The first pass after the open walks the state (from here the commits keep the live bytes) and queues
+    // the victims' records.
+    let r = p.vlog_gc().unwrap();
+    assert!(r.walked && r.moves_queued > 0, "{r:?}");
+    let (first, prunes) = (p.pruned_below().unwrap(), p.metrics().prunes);
+    assert!(first <= 60 - keep, "{first}");
+    let before = p.metrics().vlog_files_deleted;
+    for v in 61..=260 {
+        commit(&mut a, seed, v).unwrap();
+        commit(&mut p, seed, v).unwrap();
+    }
+    // The pruner runs beside the commits: wait for the deletions it was woken for.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while p.metrics().vlog_files_deleted == before && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let m = p.metrics();
+    assert!(m.vlog_files_deleted > before, "{m:?}");
+    assert_eq!(m.prunes, prunes, "no prune ran: {m:?}");
+    assert_eq!(m.vlog_gc_errors, 0, "{m:?}");
+    let b = p.pruned_below().unwrap();
+    assert!(b > first && b <= 260 - keep, "{first} -> {b}");
+    // The files are gone from the directory and the store reads as the archive from the boundary on.
+    let ids = vdls_ids(dp.path());
+    assert!(
+        ids.windows(2).any(|w| w[1] > w[0] + 1) || ids[0] > 1,
+        "{ids:?}"
+    );
+    compare(&a, &p, 260);
+    compare_history(&a, &p);
+    drop(p);
+    let p = Store::open(dp.path(), popts).unwrap();
+    assert!(p.pruned_below().unwrap() >= b);
+    compare(&a, &p, 260);
     compare_history(&a, &p);
 }

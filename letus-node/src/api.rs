@@ -321,6 +321,10 @@ pub fn tier_status_json(t: &letus_core::storage::tiered::TierStatus) -> serde_js
 pub struct PruneRequest {
     /// Versions whose state is kept besides the latest (0: only the latest).
     pub keep: u64,
+    /// Merge every base file into one (a full walk of the state: the index files come down to one copy of the
+    /// state's pages), not only the pages changed since the last prune.
+    #[serde(default)]
+    pub merge: bool,
 }
 
 /// The answer of `POST /v1/admin/prune` (and what `letus prune` prints).

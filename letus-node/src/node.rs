@@ -235,9 +235,13 @@ impl Node {
 
     /// Prunes the state of every version older than the newest `keep` (see `letus_core::Store::prune`); runs
     /// beside commits and reads.
-    pub fn prune(&self, keep: u64) -> Result<crate::api::PruneResponse, ApiError> {
+    pub fn prune(&self, keep: u64, merge: bool) -> Result<crate::api::PruneResponse, ApiError> {
         let reader = self.reader();
-        let done = reader.prune(keep)?;
+        let done = if merge {
+            reader.prune_merged(keep)?
+        } else {
+            reader.prune(keep)?
+        };
         // Then value-log GC: files retired by earlier passes that the boundary has passed are deleted.
         let gc = reader.vlog_gc()?;
         Ok(crate::api::PruneResponse {

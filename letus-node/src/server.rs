@@ -622,7 +622,9 @@ async fn prune(State(s): State<AppState>, req: Request) -> Result<Json<PruneResp
     let body = Bytes::from_request(req, &s).await;
     let req: PruneRequest = parse_json(body, s.node.limits.max_body_bytes)?;
     let node = s.node.clone();
-    Ok(Json(blocking(move || node.prune(req.keep)).await?))
+    Ok(Json(
+        blocking(move || node.prune(req.keep, req.merge)).await?,
+    ))
 }
 
 async fn tiers(State(s): State<AppState>) -> Result<Response, ApiError> {

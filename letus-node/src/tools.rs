@@ -191,6 +191,11 @@ pub struct PruneArgs {
     /// kept version reads are deleted too; the block store is not pruned.
     #[arg(long)]
     keep: u64,
+    /// Merge every base file into one (a full walk of the state), so that the index files come down to one copy
+    /// of the state's pages: the least disk a prune can leave. Without it, a prune writes only the pages changed
+    /// since the last one.
+    #[arg(long)]
+    merge: bool,
     /// Print a machine-readable summary.
     #[arg(long)]
     json: bool,
@@ -209,7 +214,7 @@ pub fn prune(a: PruneArgs) -> Result<ExitCode, String> {
     let started = std::time::Instant::now();
     let result = store
         .reader()
-        .prune_with_progress(a.keep, &mut |n| bar.set_position(n));
+        .prune_with_progress(a.keep, a.merge, &mut |n| bar.set_position(n));
     bar.finish_and_clear();
     let report = result.map_err(|e| e.to_string())?;
     // Value-log GC: the first pass retires the files the newest state does not refer to, the second deletes

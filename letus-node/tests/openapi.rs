@@ -568,6 +568,12 @@ async fn every_documented_status_of_every_route_is_produced() {
         case("POST", "/v1/admin/prune", 200, "")
             .json(json!({"keep": 3}))
             .token(),
+        case("POST", "/v1/admin/prune", 200, "")
+            .json(json!({"keep": 3, "merge": true}))
+            .token(),
+        case("POST", "/v1/admin/prune", 400, "bad_request")
+            .json(json!({"keep": 3, "merge": "yes"}))
+            .token(),
         case("GET", "/v1/tries/0/keys/00?version=2", 410, "pruned"),
         case("GET", "/v1/tries/0/keys/00?version=12", 200, ""),
         case("GET", "/v1/digest/2", 200, ""),

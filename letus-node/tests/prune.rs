@@ -181,11 +181,11 @@ fn a_node_prunes_by_itself_and_letus_prune_prunes_a_stopped_one() {
     }
     check(&url, &digests, 120);
 
-    // Stopped, then pruned to the latest state offline.
+    // Stopped, then pruned to the latest state offline, the base files merged into one.
     node.kill().unwrap();
     node.wait().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_letus"))
-        .args(["prune", "--keep", "0", "--json", "--data"])
+        .args(["prune", "--keep", "0", "--merge", "--json", "--data"])
         .arg(dir.path())
         .output()
         .unwrap();

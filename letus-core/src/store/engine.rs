@@ -57,8 +57,12 @@ pub(super) struct Engine {
     pub(super) tombstones: Tombstones,
     /// `None` only while `open` rebuilds the table of a store written without the log.
     pub(super) tombstone_log: Option<TombstoneLog>,
-    /// Versions below this one are pruned (`prune_manifest`): their pages are gone.
+    /// Versions below this one are pruned (`prune_manifest`): reads, proofs and history there answer `Pruned`
+    /// (their pages are gone, or will be at the next prune).
     pub(super) pruned_below: Option<Version>,
+    /// The last version of the newest base file (`prune_manifest`), at most `pruned_below`: where the next
+    /// incremental prune starts.
+    pub(super) base_boundary: Option<Version>,
     /// How many of `files`, from the first, are base files of prunes (`prune_manifest`).
     pub(super) base_files: usize,
     /// Trie-update and publish time of the commits since the last flush: what a recovery would replay
@@ -404,6 +408,16 @@ impl Engine {
             Some(&oldest) if version < oldest => Err(Error::BeforeOldest { version, oldest }),
             _ => Ok(()),
         }
+    }
+
+    /// Where the boundary of a pruned store may be raised for a window of `keep` versions: `keep` below the
+    /// latest, but not above the newest flushed version, so that replay never needs a commit group below it
+    /// (FORMAT.md §9, "Raising the boundary"). `None` for a store never pruned.
+    pub(super) fn window_boundary(&self, keep: u64) -> Option<Version> {
+        self.base_boundary?;
+        let latest = *self.versions.last()?;
+        let flushed = self.files.last()?.meta().max_version;
+        Some(latest.saturating_sub(keep).min(flushed))
     }
 
     /// `Pruned` for a version whose pages a prune removed (its digest and history proofs still answer).

@@ -124,7 +124,7 @@ pub use snapshot::{Reader, Snapshot};
 pub use state_sync::{KeyChange, SNAPSHOT_TOP_DEPTH};
 use trie_state::*;
 use view::*;
-pub use vlog_gc::GcReport;
+pub use vlog_gc::{GcReport, VlogFileStatus};
 
 /// The result of [`Store::verify_full`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -346,7 +346,8 @@ impl Store {
             files.push(Arc::new(file));
         }
         if let Some(m) = &pruned {
-            if files.len() < bases.len() || files[bases.len() - 1].meta().max_version != m.boundary
+            if files.len() < bases.len()
+                || files[bases.len() - 1].meta().max_version != m.base_boundary
             {
                 return Err(Error::corrupt(
                     dir.join(crate::prune_manifest::FILE_NAME),
@@ -416,6 +417,7 @@ impl Store {
             tombstones,
             tombstone_log,
             pruned_below: pruned.as_ref().map(|m| m.boundary),
+            base_boundary: pruned.as_ref().map(|m| m.base_boundary),
             base_files: bases.len(),
             unflushed_work: std::time::Duration::ZERO,
         };

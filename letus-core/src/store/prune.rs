@@ -22,13 +22,16 @@
 //! what the versions it prunes changed, not the state. The older base files hold pages changed since (garbage);
 //! when the later base files together outweigh the first, a prune merges them all by a full walk of the state.
 //!
-//! The boundary is always the last version of an index file, so versions kept are at least those asked for.
+//! A prune's base boundary is always the last version of an index file; the boundary reads see is then raised to
+//! the window (`latest - keep`, no higher than the newest flushed version) without touching the files, and again
+//! between prunes when value-log GC can delete a file by it ([`Shared::raise_boundary`]).
 //!
 //! Order of writes (the crash argument is in FORMAT.md §2.9): the base file is written as `NNNNNN.G.prune.tmp`,
 //! fsynced, renamed to `NNNNNN.G.prune` (directory fsynced); the prune manifest naming it is written (the commit
 //! point); it is renamed to `NNNNNN.G.idx` (directory fsynced); the engine swaps it in under its write lock;
 //! the replaced files are deleted.
 
+use super::vlog_gc::GcPass;
 use super::*;
 use crate::prune_manifest::{self, PruneManifest};
 
@@ -101,17 +104,86 @@ impl Shared {
     }
 
     /// Prunes every version older than the newest `keep` ones (see the module): `keep = 0` keeps only the state
-    /// of the newest flushed version. Returns `None` when no index file lies wholly below that, or the store is
-    /// pruned that far already. `progress` gets the number of pages written so far.
+    /// of the newest flushed version. Returns `None` when neither the index files nor the boundary moved (no index
+    /// file lies wholly below the window beyond the base files, and the boundary is there already). With `merge`, every
+    /// base file is merged into one (see [`Store::prune_merged`]). `progress` gets the number of pages written so far.
     pub(super) fn prune(
         &self,
         keep: u64,
+        merge: bool,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Option<PruneReport>> {
-        let _one_at_a_time = self
+        let held = self
             .maintenance
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        let files = self.prune_files(&held, keep, merge, progress)?;
+        let raised = self.raise_boundary(&held, keep)?;
+        let boundary = self.engine().pruned_below.unwrap_or(0);
+        Ok(match files {
+            Some(r) => Some(PruneReport { boundary, ..r }),
+            None if raised => Some(PruneReport {
+                boundary,
+                files_removed: 0,
+                bytes_removed: 0,
+                base_bytes: 0,
+                pages: 0,
+            }),
+            None => None,
+        })
+    }
+
+    /// Raises the boundary (not the base files) to the newest version `keep` below the latest, or to the newest
+    /// flushed version if that is lower: so that every commit group of a version below the boundary is in index
+    /// files, and replay never needs a value-log file GC deletes once the boundary passes it (FORMAT.md §1.6).
+    /// The pages of the versions between the base boundary and the new one stay until the next prune; reads there
+    /// answer `Pruned` from now on. Only a pruned store's boundary is raised (its manifest lists the base files).
+    /// Written to the manifest before it is published, so no GC deletion relies on a boundary a crash can lower.
+    /// Returns whether it moved.
+    pub(super) fn raise_boundary(
+        &self,
+        _maintenance: &std::sync::MutexGuard<'_, ()>,
+        keep: u64,
+    ) -> Result<bool> {
+        let (manifest, dir, fs) = {
+            let e = self.engine();
+            let (Some(target), Some(current), Some(base_boundary)) =
+                (e.window_boundary(keep), e.pruned_below, e.base_boundary)
+            else {
+                return Ok(false);
+            };
+            if target <= current {
+                return Ok(false);
+            }
+            let bases = e.files[..e.base_files]
+                .iter()
+                .map(|f| file_number(f))
+                .collect::<Result<Vec<_>>>()?;
+            (
+                PruneManifest {
+                    boundary: target,
+                    base_boundary,
+                    bases,
+                },
+                e.dir.clone(),
+                e.block_cache.shared_storage(),
+            )
+        };
+        prune_manifest::write(&*fs, &dir, &manifest)?;
+        self.engine_write()?.pruned_below = Some(manifest.boundary);
+        Ok(true)
+    }
+
+    /// The index-file half of [`Shared::prune`]: replaces the index files wholly below `latest - keep` by a base
+    /// file (with `merge`, always by a merge of every base file: one copy of the state's pages). `None` when there
+    /// are none beyond the base files (with `merge`, and only one base file).
+    fn prune_files(
+        &self,
+        _maintenance: &std::sync::MutexGuard<'_, ()>,
+        keep: u64,
+        merge: bool,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Option<PruneReport>> {
         let (
             current,
             from,
@@ -123,6 +195,7 @@ impl Shared {
             counters,
             block_cache,
             meta_from,
+            read_boundary,
         ) = {
             let e = self.engine();
             let Some(&latest) = e.versions.last() else {
@@ -134,7 +207,10 @@ impl Shared {
                 return Ok(None);
             };
             let boundary = last.meta().max_version;
-            if e.pruned_below.is_some_and(|b| b >= boundary) {
+            // Asked to merge, a store whose base files are several is merged even if nothing new lies below
+            // the window (the boundary stays where it is).
+            let merge_only = merge && n == e.base_files && e.base_files > 1;
+            if e.base_boundary.is_some_and(|b| b >= boundary) && !merge_only {
                 return Ok(None);
             }
             // Incremental: a new base file of the pages changed since the last prune's boundary, after the base files
@@ -145,12 +221,14 @@ impl Shared {
                 .skip(1)
                 .map(|f| f.size())
                 .sum();
-            let full =
-                e.base_files == 0 || e.base_files >= MAX_BASE_FILES || later > e.files[0].size();
+            let full = merge
+                || e.base_files == 0
+                || e.base_files >= MAX_BASE_FILES
+                || later > e.files[0].size();
             let (from, skip) = if full {
                 (0, 0)
             } else {
-                (e.base_files, e.pruned_below.unwrap_or(0))
+                (e.base_files, e.base_boundary.unwrap_or(0))
             };
             let old_bases = e.files[..from]
                 .iter()
@@ -175,6 +253,7 @@ impl Shared {
                 e.counters.clone(),
                 e.block_cache.clone(),
                 *last.meta(),
+                e.pruned_below,
             )
         };
         let replaced = &current[from..];
@@ -209,7 +288,9 @@ impl Shared {
             &*fs,
             &dir,
             &PruneManifest {
-                boundary,
+                // GC may have raised the boundary above this prune's (`maintenance` keeps it from moving now).
+                boundary: boundary.max(read_boundary.unwrap_or(0)),
+                base_boundary: boundary,
                 bases: old_bases
                     .into_iter()
                     .chain([(no, base_generation)])
@@ -242,7 +323,8 @@ impl Shared {
             }
             e.files.splice(from..current.len(), [base]);
             e.base_files = from + 1;
-            e.pruned_below = Some(boundary);
+            e.base_boundary = Some(boundary);
+            e.pruned_below = Some(boundary.max(e.pruned_below.unwrap_or(0)));
         }
         let mut bytes_removed = 0;
         for f in replaced {
@@ -409,16 +491,23 @@ impl Reader {
     /// Prunes the pages of every version older than the newest `keep` (see [`Store::prune`]); runs beside
     /// commits and reads, holding the engine exclusively only to swap the files.
     pub fn prune(&self, keep: u64) -> Result<Option<PruneReport>> {
-        self.shared.prune(keep, &mut |_| {})
+        self.shared.prune(keep, false, &mut |_| {})
     }
 
-    /// [`Reader::prune`] calling `progress` with the pages written so far.
+    /// [`Store::prune_merged`] from a reader handle.
+    pub fn prune_merged(&self, keep: u64) -> Result<Option<PruneReport>> {
+        self.shared.prune(keep, true, &mut |_| {})
+    }
+
+    /// [`Reader::prune`] (or with `merge`, [`Reader::prune_merged`]) calling `progress` with the pages written so
+    /// far.
     pub fn prune_with_progress(
         &self,
         keep: u64,
+        merge: bool,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Option<PruneReport>> {
-        self.shared.prune(keep, progress)
+        self.shared.prune(keep, merge, progress)
     }
 
     /// The oldest version whose state the store holds after pruning (`None`: never pruned).
@@ -429,12 +518,21 @@ impl Reader {
 
 impl Store {
     /// Prunes the pages of every version older than the newest `keep`: afterwards reads, proofs and history at
-    /// a version below the boundary (the last version of the newest index file at or below `latest - keep`) answer
+    /// a version below the boundary (`latest - keep`, or the newest flushed version if that is lower) answer
     /// [`Error::Pruned`]; at and above it everything is as before, byte for byte. Digests and history-commitment
     /// proofs of every version still answer. The space of the index files below the boundary comes back; the
     /// value-log files no kept version reads go by [`Store::vlog_gc`]. `None` when there is nothing to prune.
     pub fn prune(&self, keep: u64) -> Result<Option<PruneReport>> {
-        self.shared.prune(keep, &mut |_| {})
+        self.shared.prune(keep, false, &mut |_| {})
+    }
+
+    /// [`Store::prune`], and the base files merged into one whatever they weigh: the index files come down to one
+    /// copy of the state's pages at the boundary plus the versions after it. An incremental prune writes only the
+    /// pages changed since the last one and merges once the later base files outweigh the first, so between
+    /// merges a store can hold up to about two copies of its pages; this costs a full walk of the state (what
+    /// `letus prune --merge` runs).
+    pub fn prune_merged(&self, keep: u64) -> Result<Option<PruneReport>> {
+        self.shared.prune(keep, true, &mut |_| {})
     }
 
     /// The oldest version whose state the store holds after pruning (`None`: never pruned).
@@ -467,19 +565,29 @@ impl Pruner {
                     let Some(shared) = weak.upgrade() else {
                         return;
                     };
+                    // Nothing is lost when a GC pass fails: a deletion is committed by its list before any
+                    // unlink (FORMAT.md §1.6), and the moves it queued are checked when committed.
+                    let gc = |scan: bool| {
+                        let pass = GcPass {
+                            garbage: gc_garbage,
+                            keep: Some(keep),
+                            scan,
+                        };
+                        if shared.vlog_gc(pass).is_err() {
+                            Counters::add(&shared.engine().counters.vlog_gc_errors, 1);
+                        }
+                    };
                     if !shared.prune_due(keep, ratio) {
+                        // Between prunes, only value-log files emptied since (by commits or moves) that the
+                        // window has passed: the boundary is raised to let them go.
+                        if shared.deletion_due(keep) {
+                            gc(false);
+                        }
                         continue;
                     }
-                    match shared.prune(keep, &mut |_| {}) {
-                        // A new boundary: value-log files retired before it can go, and the newest state is
-                        // accounted again (vlog_gc.rs).
-                        Ok(Some(_)) => {
-                            if shared.vlog_gc(gc_garbage).is_err() {
-                                // Nothing was lost: a deletion is committed by its list before any unlink
-                                // (FORMAT.md §1.6), and the moves it queued are checked when committed.
-                                Counters::add(&shared.engine().counters.vlog_gc_errors, 1);
-                            }
-                        }
+                    match shared.prune(keep, false, &mut |_| {}) {
+                        // A new boundary: value-log files retired before it can go, and victims are read.
+                        Ok(Some(_)) => gc(true),
                         Ok(None) => {}
                         // Nothing was lost: a failed prune leaves the files it would have replaced (FORMAT.md
                         // §2.9). The next commit wakes it to try again.

@@ -8,7 +8,8 @@
 //! starts), under the engine's exclusive hold while it publishes, so the figures are exact at every version.
 //!
 //! **Retiring and deleting.** A sealed file whose live bytes are zero at a version `v` is retired at `v`, and
-//! deleted once the prune boundary `B` reaches `v`. Why no read needs it then: a read at a version `x >= B` needs
+//! deleted once the prune boundary `B` reaches `v` (the background pruner raises `B` to its window for that as
+//! soon as the window passes `v`, [`Shared::raise_boundary`]). Why no read needs it then: a read at a version `x >= B` needs
 //! a record that is the key's state at `x` (a leaf), at `B` (the last entry of a pruned history) or newer than
 //! `B`. The file is sealed, so every record in it is older than `v`; a record that is the state at some `x >= v`
 //! is also the state at `v`, and `v` refers to none of them.
@@ -52,6 +53,29 @@ pub(super) struct Moving {
 
 /// Changes of live bytes per data file: `(file id, bytes added (+) or no longer referred to (-))`.
 pub(super) type LiveDelta = Vec<(u32, i64)>;
+
+/// What one GC pass does.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct GcPass {
+    /// [`Options::vlog_gc_garbage`].
+    pub(super) garbage: f64,
+    /// The window of the background pruner: the boundary may be raised to it when that lets a retired file go.
+    pub(super) keep: Option<u64>,
+    /// Whether to walk the state (when its live bytes are not known) and read victims; without, the pass only
+    /// deletes and retires, which costs a few lock holds.
+    pub(super) scan: bool,
+}
+
+impl GcPass {
+    /// Every step, the boundary as it is.
+    pub(super) fn full(garbage: f64) -> GcPass {
+        GcPass {
+            garbage,
+            keep: None,
+            scan: true,
+        }
+    }
+}
 
 /// What GC keeps (memory only).
 #[derive(Default)]
@@ -105,6 +129,23 @@ pub struct GcReport {
     pub files_scanned: u64,
     /// Records queued for moving by this pass.
     pub moves_queued: u64,
+    /// Every data file as this pass left it, by id (the last is the active one).
+    pub files: Vec<VlogFileStatus>,
+}
+
+/// One value-log data file, as a GC pass saw it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VlogFileStatus {
+    /// Its id (`vdls/NNNNNN.vdl`).
+    pub id: u32,
+    /// Committed bytes, header included.
+    pub bytes: u64,
+    /// Record bytes the newest state refers to.
+    pub live_bytes: u64,
+    /// The version it was retired at (nothing live since), waiting for the boundary to reach it.
+    pub retired_at: Option<Version>,
+    /// Whether its live records have been queued for moving (a victim).
+    pub victim: bool,
 }
 
 /// The most records one pass queues (about 40 bytes of memory each); the rest wait for a later pass.
@@ -210,15 +251,20 @@ impl Shared {
     /// One GC pass (see the module): delete the retired files the boundary has passed; find the live bytes (a
     /// walk, the first time after an open); retire the sealed files with none; and, when no move is queued, read
     /// victims and queue their live records.
-    pub(super) fn vlog_gc(&self, garbage: f64) -> Result<GcReport> {
-        let _one_at_a_time = self
+    pub(super) fn vlog_gc(&self, pass: GcPass) -> Result<GcReport> {
+        let held = self
             .maintenance
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let counters = self.engine().counters.clone();
         let mut report = GcReport::default();
 
-        // 1. Delete what the boundary has passed.
+        // 1. Delete what the boundary has passed, raising it to the window first if that lets a file go.
+        if let Some(keep) = pass.keep {
+            if self.deletion_due(keep) {
+                self.raise_boundary(&held, keep)?;
+            }
+        }
         let boundary = self.engine().pruned_below;
         let due: BTreeSet<u32> = {
             let st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
@@ -251,7 +297,7 @@ impl Shared {
             .live
             .is_some();
         if !known {
-            if !self.walk_live()? {
+            if !pass.scan || !self.walk_live()? {
                 return Ok(report);
             }
             report.walked = true;
@@ -282,17 +328,27 @@ impl Shared {
                 let l = map.get(&id).copied().unwrap_or(0);
                 if l == 0 {
                     retired.entry(id).or_insert(*version);
-                } else if garbage < 1.0
+                } else if pass.garbage < 1.0
                     && !scanned.contains(&id)
-                    && total.saturating_sub(l) as f64 >= garbage * total as f64
+                    && total.saturating_sub(l) as f64 >= pass.garbage * total as f64
                 {
                     victims.push((total.saturating_sub(l), id));
                 }
             }
             report.files_retired = retired.len() as u64;
+            report.files = files
+                .iter()
+                .map(|&(id, bytes)| VlogFileStatus {
+                    id,
+                    bytes,
+                    live_bytes: map.get(&id).copied().unwrap_or(0),
+                    retired_at: retired.get(&id).copied(),
+                    victim: scanned.contains(&id),
+                })
+                .collect();
             moves.is_empty()
         };
-        if !queue_empty || victims.is_empty() {
+        if !pass.scan || !queue_empty || victims.is_empty() {
             return Ok(report);
         }
         // From here every key a commit writes is recorded, so that the records checked below and found live need
@@ -358,6 +414,16 @@ impl Shared {
             st.written = None;
         }
         Ok(report)
+    }
+
+    /// Whether a retired file waits for a boundary that the window `keep` allows (see
+    /// [`Shared::raise_boundary`]): cheap enough for the pruner to ask after every commit.
+    pub(super) fn deletion_due(&self, keep: u64) -> bool {
+        let Some(target) = self.engine().window_boundary(keep) else {
+            return false;
+        };
+        let st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+        st.retired.values().any(|v| *v <= target)
     }
 
     /// The queued moves a commit that puts `put_bytes` of records takes, minus those no longer valid (the key
@@ -482,7 +548,8 @@ impl Store {
     /// [`Options::vlog_gc_garbage`] garbage for the next commits to move. See the module docs
     /// (`store/vlog_gc.rs`) and FORMAT.md §1.6.
     pub fn vlog_gc(&self) -> Result<GcReport> {
-        self.shared.vlog_gc(self.limits.vlog_gc_garbage)
+        self.shared
+            .vlog_gc(GcPass::full(self.limits.vlog_gc_garbage))
     }
 }
 
@@ -490,6 +557,6 @@ impl Reader {
     /// [`Store::vlog_gc`] from a reader handle.
     pub fn vlog_gc(&self) -> Result<GcReport> {
         let garbage = self.shared.engine().opts.vlog_gc_garbage;
-        self.shared.vlog_gc(garbage)
+        self.shared.vlog_gc(GcPass::full(garbage))
     }
 }
