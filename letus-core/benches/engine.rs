@@ -77,6 +77,9 @@ struct Args {
     /// Print load progress every this many keys.
     #[arg(long, default_value_t = 5_000_000)]
     report_every: u64,
+    /// `Options::latest_index_bytes`, in MiB (taken from the budget; default 0, off).
+    #[arg(long)]
+    latest_index_mib: Option<u64>,
     /// Keys per load commit.
     #[arg(long, default_value_t = 50_000)]
     load_block: u64,
@@ -95,6 +98,9 @@ fn main() {
     if let Some(m) = a.budget_mib {
         opts.memory_budget_bytes = m << 20;
     }
+    if let Some(m) = a.latest_index_mib {
+        opts.latest_index_bytes = m << 20;
+    }
     if let Some(m) = a.memtable_mib {
         opts.memtable_bytes = m << 20;
     }
@@ -103,9 +109,9 @@ fn main() {
         .expect("temp dir");
     let mut store = Store::open(dir.path(), opts.clone()).expect("open");
     println!(
-        "keys {keys}, versions {versions} x {updates} updates, Td {} Tb {}, max delta chain {}, memory budget {} MiB, memtable {} MiB",
+        "keys {keys}, versions {versions} x {updates} updates, Td {} Tb {}, max delta chain {}, memory budget {} MiB, memtable {} MiB, latest index {} MiB",
         opts.delta_threshold, opts.base_threshold, opts.max_delta_chain, opts.memory_budget_bytes >> 20,
-        opts.memtable_bytes >> 20
+        opts.memtable_bytes >> 20, opts.memory_split().latest_index_bytes >> 20
     );
 
     // Load: `load_block` keys per version.
@@ -214,13 +220,15 @@ fn main() {
         let d = store.metrics() - m0;
         let g = gets as f64;
         println!(
-            "get ({label}): {:.0} gets/s; per get: {:.2} page records, {:.2} index blocks, {:.2} value records read from disk",
+            "get ({label}): {:.0} gets/s; per get: {:.2} page records, {:.2} index blocks, {:.2} value records read from disk; {:.0}% answered by the latest-value index",
             g / busy.as_secs_f64(),
             d.page_reads as f64 / g,
             d.index_block_reads as f64 / g,
-            d.value_reads as f64 / g
+            d.value_reads as f64 / g,
+            100.0 * d.latest_index_hits as f64 / g
         );
     };
+    read(&store, &mut rng, "as the updates left the caches", false);
     read(
         &store,
         &mut rng,

@@ -30,6 +30,8 @@ pub struct Counters {
     pub commit_micros: AtomicU64,
     /// `get` calls.
     pub gets: AtomicU64,
+    /// Gets answered by the latest-value index (one value read, no page walked).
+    pub latest_index_hits: AtomicU64,
     /// Prunes that removed index files.
     pub prunes: AtomicU64,
     /// Index files removed by prunes.
@@ -75,6 +77,7 @@ impl Counters {
             updates: self.updates.load(Relaxed),
             commit_micros: self.commit_micros.load(Relaxed),
             gets: self.gets.load(Relaxed),
+            latest_index_hits: self.latest_index_hits.load(Relaxed),
             prunes: self.prunes.load(Relaxed),
             pruned_files: self.pruned_files.load(Relaxed),
             pruned_bytes: self.pruned_bytes.load(Relaxed),
@@ -106,6 +109,7 @@ pub struct Snapshot {
     pub updates: u64,
     pub commit_micros: u64,
     pub gets: u64,
+    pub latest_index_hits: u64,
     pub prunes: u64,
     pub pruned_files: u64,
     pub pruned_bytes: u64,
@@ -135,6 +139,7 @@ impl std::ops::Sub for Snapshot {
             updates: self.updates - o.updates,
             commit_micros: self.commit_micros - o.commit_micros,
             gets: self.gets - o.gets,
+            latest_index_hits: self.latest_index_hits - o.latest_index_hits,
             prunes: self.prunes - o.prunes,
             pruned_files: self.pruned_files - o.pruned_files,
             pruned_bytes: self.pruned_bytes - o.pruned_bytes,

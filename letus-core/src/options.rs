@@ -60,6 +60,15 @@ pub struct Options {
     /// whatever this is. `1.0` moves nothing; the default `0.5` bounds the value log's sealed files to about
     /// twice their live bytes, at a cost of at most one extra write of each live byte per pass.
     pub vlog_gc_garbage: f64,
+    /// Bytes of the memory budget given to the latest-value index (`store/latest_index.rs`): where each key's
+    /// newest value record is, so that a `get` (or `get_many`) at the latest version reads one value record and
+    /// walks no page, however little of the trie is cached. About 12 bytes a slot; with 1.5 slots a key it
+    /// answers nearly every key. `0` (the default) turns it off: proofs, commits and reads at older versions need
+    /// the pages anyway, so it pays only for an embedder whose reads are mostly plain gets of the latest state
+    /// (block execution), and at the default budget it takes memory the pages of a state that just fits would
+    /// use (10M keys, 2 GiB: 56.5k committed updates/s with 128 MiB of index against 69.0k without, docs/BENCHMARKS.md).
+    /// At most half the budget.
+    pub latest_index_bytes: u64,
     /// Where the store's files live: the local file system ([`crate::storage::local`]) unless a test or an
     /// embedder passes another backend, such as [`crate::storage::faulty::Faulty`].
     pub storage: crate::storage::SharedStorage,
@@ -84,6 +93,7 @@ impl Default for Options {
             keep_versions: None,
             prune_garbage_ratio: 1.0,
             vlog_gc_garbage: 0.5,
+            latest_index_bytes: 0,
             storage: crate::storage::local(),
         }
     }
@@ -98,6 +108,8 @@ pub struct MemorySplit {
     pub block_cache_bytes: u64,
     /// The MemIndexTable's flush threshold.
     pub memtable_bytes: usize,
+    /// The latest-value index (see [`Options::latest_index_bytes`]).
+    pub latest_index_bytes: u64,
 }
 
 impl Options {
@@ -119,18 +131,21 @@ impl Options {
     }
 
     /// The split of [`Options::memory_budget_bytes`]: the MemIndexTable its `memtable_bytes` (at most a quarter of
-    /// the budget), then 1/32 of the rest for index blocks (a page found through the in-memory lookup block needs
-    /// at most one index block; the hot ones are few) and everything else for decoded pages, which is what keeps
-    /// commits and reads off the disk.
+    /// the budget), the latest-value index its `latest_index_bytes` (at most half the budget), then 1/32 of the
+    /// rest for index blocks (a page found through the in-memory lookup block needs at most one index block; the
+    /// hot ones are few) and everything else for decoded pages, which is what keeps commits and reads off the
+    /// disk.
     pub fn memory_split(&self) -> MemorySplit {
         let budget = self.memory_budget_bytes;
         let memtable = (self.memtable_bytes as u64).min(budget / 4);
-        let rest = budget - memtable;
+        let latest = self.latest_index_bytes.min(budget / 2);
+        let rest = budget - memtable - latest;
         let block = rest / 32;
         MemorySplit {
             page_cache_bytes: rest - block,
             block_cache_bytes: block,
             memtable_bytes: usize::try_from(memtable).unwrap_or(usize::MAX).max(1),
+            latest_index_bytes: latest,
         }
     }
 }

@@ -110,6 +110,11 @@ impl Metrics {
             m.gets,
         );
         counter(
+            "letus_latest_index_hits_total",
+            "Point reads at the latest version answered by the latest-value index (one value read, no page walked)",
+            m.latest_index_hits,
+        );
+        counter(
             "letus_page_reads_total",
             "Page records read from index files",
             m.page_reads,

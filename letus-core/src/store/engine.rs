@@ -49,6 +49,8 @@ pub(super) struct Engine {
     pub(super) next_file_no: u64,
     pub(super) block_cache: Arc<BlockCache>,
     pub(super) page_cache: PageCache,
+    /// Where each key's newest value record is (a cache; see `latest_index.rs`).
+    pub(super) latest: LatestIndex,
     pub(super) pages: HashMap<(TrieId, PageId), PageState>,
     pub(super) tries: BTreeMap<TrieId, TrieState>,
     pub(super) versions: Vec<Version>,
@@ -112,6 +114,8 @@ pub(super) struct Plan {
     pub(super) tries: Vec<(TrieId, Updated)>,
     /// What the commit's records change in the tombstone table (filled in by the caller, who has the records).
     pub(super) tombstones: Vec<TombstoneChange>,
+    /// Every key the commit writes, with its new value record (`None`: deleted), for the latest-value index.
+    pub(super) latest: Vec<(TrieId, KeyPath, Option<Location>)>,
 }
 
 impl PageSource for Engine {
@@ -476,10 +480,12 @@ impl Engine {
         writes: &BTreeMap<TrieId, Vec<Write>>,
     ) -> Result<Plan> {
         let mut tries = Vec::new();
+        let mut latest = Vec::new();
         for (&tid, ws) in writes {
             if ws.is_empty() {
                 continue;
             }
+            latest.extend(ws.iter().map(|w| (tid, w.path, w.leaf.map(|l| l.loc))));
             let root = match self.tries.get(&tid).and_then(|t| t.page_versions.last()) {
                 Some(&pv) => Some(self.take(tid, PageId::ROOT, pv)?),
                 None => None,
@@ -490,6 +496,7 @@ impl Engine {
             version,
             tries,
             tombstones: Vec::new(),
+            latest,
         })
     }
 
@@ -563,6 +570,10 @@ impl Engine {
                 root,
                 page_version: pv,
             });
+        }
+        // Published with the version, under the same exclusive hold: a reader sees both or neither.
+        for (tid, path, loc) in &plan.latest {
+            self.latest.set(*tid, path, *loc);
         }
         self.versions.push(version);
         let mut n = self.roots_log.write()?;

@@ -110,6 +110,7 @@ macro_rules! read_api {
 mod bulk;
 mod consolidate;
 mod engine;
+mod latest_index;
 mod prune;
 mod snapshot;
 mod state_sync;
@@ -118,6 +119,7 @@ mod view;
 mod vlog_gc;
 
 use engine::*;
+use latest_index::LatestIndex;
 pub use prune::PruneReport;
 use snapshot::*;
 pub use snapshot::{Reader, Snapshot};
@@ -147,6 +149,8 @@ pub struct MemoryUse {
     pub page_cache_pages: u64,
     /// Index blocks in the block cache.
     pub block_cache_bytes: u64,
+    /// The latest-value index's table (its full size; the parts never written cost no resident memory).
+    pub latest_index_bytes: u64,
     /// Page records not yet flushed to an index file.
     pub memtable_bytes: u64,
     /// The tombstone table (keys deleted at the latest version), estimated. It is outside the budget: it holds
@@ -410,6 +414,7 @@ impl Store {
             flushing: None,
             block_cache,
             page_cache,
+            latest: LatestIndex::new(split.latest_index_bytes),
             pages: HashMap::new(),
             tries,
             versions,
@@ -979,6 +984,7 @@ impl Store {
         let e = self.shared.engine();
         e.page_cache.clear();
         e.block_cache.clear();
+        e.latest.clear();
     }
 
     /// The store directory.

@@ -52,6 +52,7 @@ impl Shared {
             page_cache_bytes: e.page_cache.weight(),
             page_cache_pages: e.page_cache.len() as u64,
             block_cache_bytes: e.block_cache.weight(),
+            latest_index_bytes: e.latest.bytes(),
             memtable_bytes: e.mem.bytes() as u64,
             // Key (tid, path), location and the hash map's own slot and control byte.
             tombstone_bytes: (e.tombstones.capacity()

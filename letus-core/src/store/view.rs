@@ -63,11 +63,49 @@ impl View<'_> {
     /// The value of `key` in trie `tid` as of `version` (the newest commit at or below it).
     pub(super) fn get(&self, tid: TrieId, version: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Counters::add(&self.engine.counters.gets, 1);
-        let root = self.engine.root_page(tid, self.at(version))?;
+        let version = self.at(version);
         let path = KeyPath::of(key);
+        let at_latest = self.is_engine_latest(version);
+        if at_latest {
+            if let Some(value) = self.latest_value(tid, &path, key) {
+                return Ok(Some(value));
+            }
+        }
+        let root = self.engine.root_page(tid, version)?;
         match trie::get(self.engine, tid, &root, &path)? {
-            Some(leaf) => Ok(Some(self.read_value(&leaf, Some(key))?.1)),
+            Some(leaf) => {
+                let value = self.read_value(&leaf, Some(key))?.1;
+                if at_latest {
+                    self.engine.latest.remember(tid, &path, leaf.loc);
+                }
+                Ok(Some(value))
+            }
             None => Ok(None),
+        }
+    }
+
+    /// Whether `version` is the engine's newest: the latest-value index describes that version only (a commit
+    /// cannot publish a newer one while this view holds the engine).
+    fn is_engine_latest(&self, version: Version) -> bool {
+        self.engine.versions.last() == Some(&version)
+    }
+
+    /// The value of `key` through the latest-value index: one value record read, used only when it is a Put of
+    /// this very key in this trie (see `latest_index.rs` for why that makes it the newest). `None`: not in the
+    /// index, another key's record, or a record that could not be read; the caller walks the trie.
+    fn latest_value(&self, tid: TrieId, path: &KeyPath, key: &[u8]) -> Option<Vec<u8>> {
+        let loc = self.engine.latest.get(tid, path)?;
+        match self.vdls.read(loc) {
+            Ok(Record::Put {
+                tid: t,
+                key: k,
+                value,
+                ..
+            }) if t == tid && k == key => {
+                Counters::add(&self.engine.counters.latest_index_hits, 1);
+                Some(value)
+            }
+            _ => None,
         }
     }
 
@@ -84,28 +122,47 @@ impl View<'_> {
         version: Version,
         keys: &[&[u8]],
     ) -> Result<Vec<Option<Vec<u8>>>> {
-        let root = self.engine.root_page(tid, self.at(version))?;
+        let version = self.at(version);
+        let root = self.engine.root_page(tid, version)?;
         Counters::add(&self.engine.counters.gets, keys.len() as u64);
-        // Pages, then values, each fetched by many reads in flight at once on the read pool.
-        let (leaves, records) = self.read_pool.install(|| -> Result<_> {
+        let at_latest = self.is_engine_latest(version);
+        // Keys the latest-value index answers first (each one value read, in flight at once), then pages for
+        // the rest, then their values, each fetched by many reads in flight at once on the read pool.
+        let (known, leaves, records) = self.read_pool.install(|| -> Result<_> {
+            let known: Vec<Option<Vec<u8>>> = keys
+                .par_iter()
+                .map(|k| {
+                    at_latest
+                        .then(|| self.latest_value(tid, &KeyPath::of(k), k))
+                        .flatten()
+                })
+                .collect();
             let leaves: Vec<Option<Leaf>> = keys
                 .par_iter()
-                .map(|k| trie::get(self.engine, tid, &root, &KeyPath::of(k)))
+                .zip(&known)
+                .map(|(k, known)| match known {
+                    Some(_) => Ok(None),
+                    None => trie::get(self.engine, tid, &root, &KeyPath::of(k)),
+                })
                 .collect::<Result<_>>()?;
             let locs: Vec<Location> = leaves.iter().flatten().map(|l| l.loc).collect();
-            Ok((leaves, self.vdls.read_many(&locs)))
+            Ok((known, leaves, self.vdls.read_many(&locs)))
         })?;
         let mut records = records.into_iter();
         let mut out = Vec::with_capacity(keys.len());
-        for (leaf, key) in leaves.iter().zip(keys) {
-            match leaf {
-                Some(l) => {
+        for ((leaf, key), known) in leaves.iter().zip(keys).zip(known) {
+            match (leaf, known) {
+                (_, Some(value)) => out.push(Some(value)),
+                (Some(l), None) => {
                     let rec = records
                         .next()
                         .ok_or_else(|| Error::corrupt(&self.engine.dir, 0, "missing record"))??;
                     out.push(Some(self.check_value(l, rec, Some(key))?.1));
+                    if at_latest {
+                        self.engine.latest.remember(tid, &l.path, l.loc);
+                    }
                 }
-                None => out.push(None),
+                (None, None) => out.push(None),
             }
         }
         Ok(out)

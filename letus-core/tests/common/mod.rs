@@ -33,6 +33,9 @@ pub fn small_options() -> Options {
         // Far smaller than the state of most tests (a few thousand keys need about 400 KiB of pages): pages are
         // evicted and reloaded constantly.
         memory_budget_bytes: 128 * 1024,
+        // A latest-value index of 64 slots: most gets at the latest version go through it, and it evicts and
+        // collides constantly.
+        latest_index_bytes: 12 * 64,
         ..Options::default()
     }
 }
