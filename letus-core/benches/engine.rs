@@ -80,6 +80,14 @@ struct Args {
     /// `Options::latest_index_bytes`, in MiB (taken from the budget; default 0, off).
     #[arg(long)]
     latest_index_mib: Option<u64>,
+    /// Last: reopen with caches of this many MiB (for example 1% of the store on disk) plus a latest-value index
+    /// of `--small-latest-index-mib`, get every key once (which fills the index), then measure the reads of
+    /// random gets.
+    #[arg(long)]
+    small_cache_mib: Option<u64>,
+    /// The latest-value index of the `--small-cache-mib` phase, MiB (besides the caches).
+    #[arg(long, default_value_t = 0)]
+    small_latest_index_mib: u64,
     /// Keys per load commit.
     #[arg(long, default_value_t = 50_000)]
     load_block: u64,
@@ -267,4 +275,29 @@ fn main() {
         parallel.as_secs_f64() * 1e3,
         serial.as_secs_f64() / parallel.as_secs_f64()
     );
+
+    if let Some(cache_mib) = a.small_cache_mib {
+        let latest = a.small_latest_index_mib << 20;
+        store.close().expect("close");
+        let small = Options {
+            memory_budget_bytes: (cache_mib << 20) + latest,
+            latest_index_bytes: latest,
+            ..opts.clone()
+        };
+        let split = small.memory_split();
+        let store = Store::open(dir.path(), small).expect("reopen");
+        let t = Instant::now();
+        for i in 0..keys {
+            store.get(0, v, &key(i)).expect("get");
+        }
+        println!(
+            "small caches: {} MiB of pages, {} MiB of index blocks, {} MiB of MemIndexTable, latest index {} MiB; every key read once in {:.1}s",
+            split.page_cache_bytes >> 20,
+            split.block_cache_bytes >> 20,
+            split.memtable_bytes >> 20,
+            split.latest_index_bytes >> 20,
+            t.elapsed().as_secs_f64()
+        );
+        read(&store, &mut rng, "small caches, every key read once before", false);
+    }
 }

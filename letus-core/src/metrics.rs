@@ -16,6 +16,8 @@ pub struct Counters {
     pub bytes_read: AtomicU64,
     /// Bytes written to disk (VDLS, index files, roots log).
     pub bytes_written: AtomicU64,
+    /// Rebase DeltaPages written (each one in place of a BasePage; FORMAT.md §2.1).
+    pub rebase_pages: AtomicU64,
     /// Page cache hits.
     pub page_cache_hits: AtomicU64,
     /// Page cache misses.
@@ -70,6 +72,7 @@ impl Counters {
             value_reads: self.value_reads.load(Relaxed),
             bytes_read: self.bytes_read.load(Relaxed),
             bytes_written: self.bytes_written.load(Relaxed),
+            rebase_pages: self.rebase_pages.load(Relaxed),
             page_cache_hits: self.page_cache_hits.load(Relaxed),
             page_cache_misses: self.page_cache_misses.load(Relaxed),
             block_cache_hits: self.block_cache_hits.load(Relaxed),
@@ -102,6 +105,7 @@ pub struct Snapshot {
     pub value_reads: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    pub rebase_pages: u64,
     pub page_cache_hits: u64,
     pub page_cache_misses: u64,
     pub block_cache_hits: u64,
@@ -132,6 +136,7 @@ impl std::ops::Sub for Snapshot {
             value_reads: self.value_reads - o.value_reads,
             bytes_read: self.bytes_read - o.bytes_read,
             bytes_written: self.bytes_written - o.bytes_written,
+            rebase_pages: self.rebase_pages - o.rebase_pages,
             page_cache_hits: self.page_cache_hits - o.page_cache_hits,
             page_cache_misses: self.page_cache_misses - o.page_cache_misses,
             block_cache_hits: self.block_cache_hits - o.block_cache_hits,

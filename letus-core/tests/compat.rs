@@ -1,5 +1,6 @@
-//! On-disk compatibility: a small store written by the format-version-2 engine is kept in the repository
-//! (`tests/fixtures/format-v2/`) and must open and verify in every later version.
+//! On-disk compatibility: small stores written by the format-version-2 engine (`tests/fixtures/format-v2/`) and
+//! by the format-version-6 engine (`tests/fixtures/format-v6/`, whose index files hold rebase DeltaPages) are kept
+//! in the repository and must open and verify in every later version.
 //!
 //! THE FIXTURE IS THE CONTRACT. `store/` holds the files exactly as that engine left them (index files, value
 //! log files, roots and tombstone logs, a history base, and commits after the last flush that only the value log
@@ -30,7 +31,7 @@ use letus_core::{Digest, Frontier, Hash, Options, Store, TrieId, Version};
 use letus_verify::{verify_multi_proof, verify_proof, Claim, Limits};
 
 /// The fixture this build writes (the format version of FORMAT.md).
-const WRITE_AS: &str = "format-v2";
+const WRITE_AS: &str = "format-v6";
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -473,6 +474,11 @@ fn format_v2_fixture_opens_and_verifies() {
     check_fixture(&fixtures().join("format-v2"));
 }
 
+#[test]
+fn format_v6_fixture_opens_and_verifies() {
+    check_fixture(&fixtures().join("format-v6"));
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // The generator (only with LETUS_WRITE_FIXTURES=1).
 // ---------------------------------------------------------------------------------------------------------------
@@ -520,10 +526,14 @@ fn write_fixture() {
     // Several value-log files; no time-based flush (it would make the fixture depend on the machine's speed).
     // Up to the 14th commit a tiny MemIndexTable flushes by itself besides the explicit flushes; then the store is
     // reopened with one that does not fill up, so the newest commits stay in the value log only.
+    // Chains of one DeltaPage and no BasePage by update count: large pages restart their chains with rebase
+    // DeltaPages (format 6).
     let opts = Options {
         vdls_file_bytes: 12 * 1024,
         memtable_bytes: 6 * 1024,
         max_replay_millis: u64::MAX,
+        max_delta_chain: 1,
+        base_threshold: 1_000,
         ..small_options()
     };
     let later = Options {
@@ -535,6 +545,7 @@ fn write_fixture() {
     let mut model = Model::default();
     let mut e = Expected::default();
     let mut s = Store::open(&dir, opts).unwrap();
+    let mut rebases = 0;
 
     // Trie 0 continues a history of 5 entries (as after `letus import`); the peaks are made up, the engine
     // takes them as given.
@@ -544,7 +555,9 @@ fn write_fixture() {
 
     // Keys: 40 per trie, plus a few unusual ones in trie 0.
     let keys = |tid: TrieId| -> Vec<Vec<u8>> {
-        let mut k: Vec<Vec<u8>> = (0..40)
+        // Trie 4 is large enough for its root page to be rebased (at least 32 slots).
+        let n = if tid == 4 { 200 } else { 40 };
+        let mut k: Vec<Vec<u8>> = (0..n)
             .map(|i| format!("t{tid}-key-{i:02}").into_bytes())
             .collect();
         if tid == 0 {
@@ -561,8 +574,8 @@ fn write_fixture() {
     for i in 1..=COMMITS {
         let v = 3 * i;
         // Trie 0 from the start, trie 1 from the 2nd commit, trie 2 from the 10th; trie 3 holds one key for two
-        // commits and is empty after that.
-        let mut live: Vec<TrieId> = vec![0];
+        // commits and is empty after that; trie 4 (format 6) gets 200 keys at once, then 3 writes a commit.
+        let mut live: Vec<TrieId> = vec![0, 4];
         if i >= 2 {
             live.push(1);
         }
@@ -573,7 +586,13 @@ fn write_fixture() {
         for &tid in &live {
             let ks = keys(tid);
             let mut chosen = BTreeSet::new();
-            let n = if i == 1 || (tid == 2 && i == 10) {
+            let n = if tid == 4 {
+                if i == 1 {
+                    200
+                } else {
+                    3
+                }
+            } else if i == 1 || (tid == 2 && i == 10) {
                 30
             } else {
                 6
@@ -658,11 +677,14 @@ fn write_fixture() {
         }
         if i == 14 {
             // Dropped, not closed: the reopen replays what was not flushed.
+            rebases += s.metrics().rebase_pages;
             drop(s);
             s = Store::open(&dir, later.clone()).unwrap();
         }
     }
     // Dropped without `close`: the last commits are only in the value log.
+    rebases += s.metrics().rebase_pages;
+    assert!(rebases > 0, "the fixture holds rebase DeltaPages");
     drop(s);
     std::fs::remove_file(dir.join("LOCK")).unwrap();
 
@@ -684,7 +706,7 @@ fn write_fixture() {
     let replayed = s.replayed();
     drop(s);
     println!(
-        "{} index files, {} value-log files, {} versions replayed at open",
+        "{} index files, {} value-log files, {} versions replayed at open, {rebases} rebase DeltaPages",
         count_files(&dir.join("lsvps"), ".idx"),
         count_files(&dir.join("vdls"), ".vdl"),
         replayed.versions

@@ -151,6 +151,11 @@ impl Metrics {
         );
         counter("letus_commits_total", "Committed versions", m.commits);
         counter(
+            "letus_rebase_pages_total",
+            "Rebase DeltaPages written in place of BasePages",
+            m.rebase_pages,
+        );
+        counter(
             "letus_updates_total",
             "Committed puts and deletes",
             m.updates,

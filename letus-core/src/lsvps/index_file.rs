@@ -30,8 +30,11 @@ use super::page_key::{PageKey, PageKind};
 
 /// The magic number at the start of the header and at the end of the footer.
 pub const MAGIC: [u8; 8] = *b"LETUSIDX";
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes. Version 2 may hold rebase DeltaPages (FORMAT.md §2.1); the layout of the
+/// file is that of version 1.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this build reads (its files hold no rebase DeltaPage, and are read as they are).
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Header: `magic [u8;8] | format_version u32 | header_crc u32`.
 pub const HEADER_LEN: u64 = 16;
 /// Footer (layout in `FORMAT.md §2` §3.5). Its last 16 bytes (`format_version u32 | footer_crc u32 |
@@ -584,7 +587,7 @@ impl IndexFile {
                 found: header_version,
             });
         }
-        if header_version != FORMAT_VERSION {
+        if header_version < OLDEST_FORMAT_VERSION {
             return Err(corrupt(
                 8,
                 format!("format version {header_version} does not exist"),

@@ -474,30 +474,37 @@ fn lsvps_newer_format_version_is_unsupported_not_corrupt() {
     let (path, _) = small_file(dir.path(), "v2.idx");
     let orig = std::fs::read(&path).unwrap();
     let f_at = orig.len() - FOOTER_LEN as usize;
-    let set_version = |b: &mut Vec<u8>, header: bool, footer: bool| {
+    let newer = index_file::FORMAT_VERSION + 1;
+    let set_version = |b: &mut Vec<u8>, version: u32, header: bool, footer: bool| {
         if header {
-            b[8..12].copy_from_slice(&2u32.to_le_bytes());
+            b[8..12].copy_from_slice(&version.to_le_bytes());
             let c = crate::fsutil::crc(&b[0..12]);
             b[12..16].copy_from_slice(&c.to_le_bytes());
         }
         if footer {
-            b[f_at + 64..f_at + 68].copy_from_slice(&2u32.to_le_bytes());
+            b[f_at + 64..f_at + 68].copy_from_slice(&version.to_le_bytes());
             let c = crate::fsutil::crc(&b[f_at..f_at + 68]);
             b[f_at + 68..f_at + 72].copy_from_slice(&c.to_le_bytes());
         }
     };
+    // A file of the oldest format this build reads (1: no rebase DeltaPages) opens and reads the same.
+    let mut oldest = orig.clone();
+    set_version(&mut oldest, index_file::OLDEST_FORMAT_VERSION, true, true);
+    std::fs::write(&path, &oldest).unwrap();
+    let f = open(&path, 0, 0).expect("a format-1 file opens");
+    assert_eq!(f.meta().records, 150);
     let mut both = orig.clone();
-    set_version(&mut both, true, true);
+    set_version(&mut both, newer, true, true);
     std::fs::write(&path, &both).unwrap();
     assert!(
-        matches!(open(&path, 0, 0), Err(Error::UnsupportedFormat { found: 2, path: ref p }) if p == &path),
+        matches!(open(&path, 0, 0), Err(Error::UnsupportedFormat { found, path: ref p }) if p == &path && found == newer),
         "{:?}",
         open(&path, 0, 0)
     );
-    // Only one end says version 2: damage, not a newer format.
+    // Only one end says a newer version: damage, not a newer format.
     for (h, ft) in [(true, false), (false, true)] {
         let mut one = orig.clone();
-        set_version(&mut one, h, ft);
+        set_version(&mut one, newer, h, ft);
         std::fs::write(&path, &one).unwrap();
         assert_corrupt(open(&path, 0, 0), &path);
     }

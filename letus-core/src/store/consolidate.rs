@@ -140,6 +140,7 @@ impl Shared {
                         since_base,
                         prev: Some(prev),
                         entries,
+                        ..
                     } if prev.0 <= lower => Some((first_version, since_base, entries)),
                     _ => None,
                 },

@@ -15,6 +15,48 @@ pub(super) struct PageState {
     pub(super) active: Option<ActiveDelta>,
 }
 
+/// How a page write continues its DeltaPage chain.
+enum Start {
+    /// Appends to the active DeltaPage.
+    Extend,
+    /// A new DeltaPage after this record.
+    Delta((Version, PageKind)),
+    /// A rebase DeltaPage after this record, relative to the BasePage at this version, with these slots.
+    Rebase((Version, PageKind), Version, Vec<page::Change>),
+}
+
+/// Pages with at least this many slots are tracked for rebase DeltaPages (a BasePage of fewer costs little).
+pub(super) const REBASE_MIN_CELLS: usize = 32;
+/// A rebase DeltaPage is written while the slots changed since the BasePage are under this share (numerator,
+/// denominator) of the page's slots; past it, a BasePage. A rebase costs about its changed slots; measured on the
+/// 10M-account payment chain (docs/BENCHMARKS.md), 3/10 keeps most of the saving.
+const REBASE_MAX_SHARE: (usize, usize) = (5, 10);
+
+/// What a large page changed since its BasePage (see `Engine::rebases`).
+pub(super) struct Rebase {
+    /// The BasePage's version.
+    pub(super) base: Version,
+    /// Every slot changed since it.
+    pub(super) slots: SlotSet,
+}
+
+/// A set of slot numbers (`0..=MAX_SLOT`).
+#[derive(Clone, Copy, Default)]
+pub(super) struct SlotSet([u64; 5]);
+
+impl SlotSet {
+    fn insert(&mut self, s: page::SlotNo) {
+        let s = usize::from(s.min(page::MAX_SLOT));
+        self.0[s / 64] |= 1 << (s % 64);
+    }
+    fn len(&self) -> usize {
+        self.0.iter().map(|w| w.count_ones() as usize).sum()
+    }
+    fn iter(&self) -> impl Iterator<Item = page::SlotNo> + '_ {
+        (0..=page::MAX_SLOT).filter(|&s| self.0[usize::from(s) / 64] & (1 << (s % 64)) != 0)
+    }
+}
+
 /// The DeltaPage still growing in the MemIndexTable (its bytes live only there).
 pub(super) struct ActiveDelta {
     pub(super) first_version: Version,
@@ -52,6 +94,10 @@ pub(super) struct Engine {
     /// Where each key's newest value record is (a cache; see `latest_index.rs`).
     pub(super) latest: LatestIndex,
     pub(super) pages: HashMap<(TrieId, PageId), PageState>,
+    /// For the large pages whose BasePage this store wrote since it was opened: that BasePage's version and the
+    /// slots changed since, so that a full chain can be restarted by a rebase DeltaPage instead of a BasePage.
+    /// One entry per large page (at least `REBASE_MIN_CELLS` slots), so a few bytes a key at most.
+    pub(super) rebases: HashMap<(TrieId, PageId), Rebase>,
     pub(super) tries: BTreeMap<TrieId, TrieState>,
     pub(super) versions: Vec<Version>,
     pub(super) roots_log: RootsLog,
@@ -269,9 +315,13 @@ impl Engine {
             let Some(last) = chain.last() else {
                 return Err(bad(&path, "empty chain"));
             };
-            let prev = match last {
+            let (prev, rebase) = match last {
                 PageRecord::Base { slots, .. } => break slots.clone(),
-                PageRecord::Delta { prev: Some(p), .. } => *p,
+                PageRecord::Delta {
+                    prev: Some(p),
+                    rebase,
+                    ..
+                } => (*p, *rebase),
                 PageRecord::Delta { prev: None, .. } => {
                     return Err(bad(&path, "delta page without a predecessor"))
                 }
@@ -281,9 +331,25 @@ impl Engine {
                 return Err(bad(&path, "delta chain does not end"));
             }
             let key = PageKey::new(tid, id, prev.0, prev.1);
-            let found = match prefetched.remove(&key) {
+            // A rebase DeltaPage skips to the BasePage it is relative to, unless its predecessor was read with the
+            // head already (the rest of that chain then costs no read), or that BasePage is gone (pruned): then
+            // the chain goes on through `prev`, whose records its first entry assigns over.
+            let skipped = match rebase {
+                Some(b) if !prefetched.contains_key(&key) => {
+                    let base = PageKey::new(tid, id, b, PageKind::Base);
+                    match prefetched.remove(&base) {
+                        Some(r) => Some(r),
+                        None => self.exact(&base)?,
+                    }
+                }
+                _ => None,
+            };
+            let found = match skipped {
                 Some(r) => Some(r),
-                None => self.exact(&key)?,
+                None => match prefetched.remove(&key) {
+                    Some(r) => Some(r),
+                    None => self.exact(&key)?,
+                },
             };
             let (b, p) =
                 found.ok_or_else(|| bad(&path, "delta page points at a missing record"))?;
@@ -632,25 +698,44 @@ impl Engine {
             }),
         };
         let n = changes.len() as u32;
+        // The slots a large page changed since its BasePage, for a rebase DeltaPage.
+        if page.cells().len() >= REBASE_MIN_CELLS {
+            if let Some(r) = self.rebases.get_mut(&key) {
+                for (slot, _) in &changes {
+                    r.slots.insert(*slot);
+                }
+            }
+        } else {
+            self.rebases.remove(&key);
+        }
         let head;
         // A delta continues the active DeltaPage while it has room for Td updates, or starts a new one while the
-        // chain has room; otherwise (and for a new page, or Tb updates after the last BasePage) a BasePage.
+        // chain has room; a full chain is restarted by a rebase DeltaPage while the page's changes since its
+        // BasePage are few; otherwise (and for a new page, or Tb updates after the last BasePage) a BasePage.
         let delta = match state {
             Some(mut s) if s.since_base + n < self.opts.base_threshold => match s.active.take() {
                 Some(mut a) if a.updates + n <= self.opts.delta_threshold => {
                     a.updates += n;
-                    Some((s, a, None))
+                    Some((s, a, Start::Extend))
                 }
                 _ if s.chain <= self.opts.max_delta_chain => {
                     let a = ActiveDelta {
                         first_version: version,
                         updates: n,
                     };
-                    let prev = Some(s.last);
+                    let prev = s.last;
                     s.chain += 1;
-                    Some((s, a, Some(prev)))
+                    Some((s, a, Start::Delta(prev)))
                 }
-                _ => None,
+                _ => self.rebase_changes(&key, &page).map(|(base, merged)| {
+                    let a = ActiveDelta {
+                        first_version: version,
+                        updates: merged.len() as u32,
+                    };
+                    let prev = s.last;
+                    s.chain = 2;
+                    (s, a, Start::Rebase(prev, base, merged))
+                }),
             },
             _ => None,
         };
@@ -659,10 +744,17 @@ impl Engine {
                 let since = s.since_base + n;
                 let key = PageKey::new(tid, id, active.first_version, PageKind::Delta);
                 let bytes = match start {
-                    Some(prev) => {
-                        page::encode_delta(active.first_version, since, prev, &[(version, changes)])
+                    Start::Delta(prev) => page::encode_delta(
+                        active.first_version,
+                        since,
+                        Some(prev),
+                        &[(version, changes)],
+                    ),
+                    Start::Rebase(prev, base, merged) => {
+                        Counters::add(&self.counters.rebase_pages, 1);
+                        page::encode_rebase(version, since, prev, base, &merged)
                     }
-                    None => {
+                    Start::Extend => {
                         let current = self.mem.get(&key).ok_or_else(|| {
                             Error::corrupt(
                                 self.dir.join("lsvps/memtable"),
@@ -696,6 +788,15 @@ impl Engine {
                     page::encode_base(version, 0, page.cells()),
                     version,
                 );
+                if page.cells().len() >= REBASE_MIN_CELLS {
+                    self.rebases.insert(
+                        key,
+                        Rebase {
+                            base: version,
+                            slots: SlotSet::default(),
+                        },
+                    );
+                }
                 head = Head {
                     key_version: version,
                     kind: PageKind::Base,
@@ -720,6 +821,24 @@ impl Engine {
         }
         self.page_cache.insert((tid, id, version), Arc::new(page));
         Ok(version)
+    }
+
+    /// The rebase DeltaPage `page` (as of this commit) may write instead of a BasePage: the version of the
+    /// BasePage its chain starts at and every slot changed since, with its content now (`None`: emptied). `None`
+    /// when the page is small, not tracked since its BasePage (written before this store was opened), or changed
+    /// in too many slots for a rebase to be much smaller than a BasePage.
+    fn rebase_changes(
+        &self,
+        key: &(TrieId, PageId),
+        page: &Page,
+    ) -> Option<(Version, Vec<page::Change>)> {
+        let r = self.rebases.get(key)?;
+        let changed = r.slots.len();
+        if changed * REBASE_MAX_SHARE.1 >= page.cells().len() * REBASE_MAX_SHARE.0 {
+            return None;
+        }
+        let merged = r.slots.iter().map(|s| (s, page.cell(s).copied())).collect();
+        Some((r.base, merged))
     }
 
     pub(super) fn mem_insert(&mut self, key: PageKey, bytes: Vec<u8>, version: Version) {

@@ -416,6 +416,7 @@ impl Store {
             page_cache,
             latest: LatestIndex::new(split.latest_index_bytes),
             pages: HashMap::new(),
+            rebases: HashMap::new(),
             tries,
             versions,
             roots_log,

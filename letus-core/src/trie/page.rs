@@ -18,14 +18,25 @@
 //! ## Format (inside an LSVPS page record, which carries its own checksum)
 //! ```text
 //! BasePage:  u8 1 (format) | u8 0 (base)  | u64 version | u32 since_base | u16 n | n × slot_entry
-//! DeltaPage: u8 1 (format) | u8 1 (delta) | u64 first_version | u32 since_base | u8 has_prev
-//!            | [u64 prev_version | u8 prev_kind] | u16 entries | entries × (u64 version | u16 n | n × slot_entry)
+//! DeltaPage: u8 1 (format) | u8 1 (delta) | u64 first_version | u32 since_base | u8 has_prev (0, 1 or 2)
+//!            | [u64 prev_version | u8 prev_kind] | [u64 rebase_version, when has_prev = 2]
+//!            | u16 entries | entries × (u64 version | u16 n | n × slot_entry)
 //! slot_entry: u16 slot | u8 tag | payload       tag 0 empty (deltas only) | tag 1 leaf (88 bytes) | tag 2 page (40 bytes)
+//!                                                 | tag 3 compact leaf | tag 4 compact page (written since format 6)
 //! leaf:  path[32] | value_hash[32] | u64 version | u32 file_id | u64 offset | u32 len
 //! page:  hash[32] | u64 version
+//! compact leaf: path[32] | value_hash[32] | varint version | varint file_id | varint offset | varint len
+//! compact page: hash[32] | varint version          (varint: unsigned LEB128, at most 10 bytes)
 //! ```
 //! A BasePage lists its slots in increasing order. `since_base` counts slot updates since the page's last
 //! BasePage, so that a reopened store continues the Base/Delta schedule where it stopped.
+//!
+//! A **rebase** DeltaPage (`has_prev` 2) is written instead of a BasePage when a large page's chain is full but few
+//! of its slots changed since its BasePage at `rebase_version`: its first entry holds every slot changed since
+//! that BasePage, with its content as of the entry's version. Applied over the page at *any* version from
+//! `rebase_version` up to the entry's, it gives the page at the entry's version (the slots it names are
+//! assigned, and the others did not change since the BasePage), so a load may skip the records between it and
+//! that BasePage, or, where that BasePage is gone (pruned), follow `prev` as for any DeltaPage.
 
 use letus_verify::fold::fold;
 use letus_verify::{Hash, KeyPath, Version, EMPTY};
@@ -527,6 +538,9 @@ pub enum Record {
         /// The previous record of this page (key version and kind); `None` never happens for a stored delta but
         /// is representable so that decoding can report it.
         prev: Option<(Version, PageKind)>,
+        /// For a rebase DeltaPage: the version of the BasePage its first entry is relative to (see the module
+        /// documentation).
+        rebase: Option<Version>,
         /// Per-version changes, in increasing version order.
         entries: Vec<(Version, Vec<Change>)>,
     },
@@ -543,7 +557,30 @@ pub fn encode_delta(
     let cells: usize = entries.iter().map(|(_, c)| c.len() + 1).sum();
     let mut out = Vec::with_capacity(32 + cells * (3 + LEAF_LEN));
     out.push(FORMAT);
-    encode_delta_into(&mut out, first_version, since_base, prev, entries);
+    encode_delta_into(&mut out, first_version, since_base, prev, None, entries);
+    out
+}
+
+/// The bytes of a rebase DeltaPage (see the module documentation): `changes` are every slot changed since the
+/// BasePage at `rebase_version`, as of `version`, the record's first entry.
+pub fn encode_rebase(
+    version: Version,
+    since_base: u32,
+    prev: (Version, PageKind),
+    rebase_version: Version,
+    changes: &[Change],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(40 + changes.len() * (3 + LEAF_LEN));
+    out.push(FORMAT);
+    let entries = [(version, changes.to_vec())];
+    encode_delta_into(
+        &mut out,
+        version,
+        since_base,
+        Some(prev),
+        Some(rebase_version),
+        &entries,
+    );
     out
 }
 
@@ -552,18 +589,22 @@ fn encode_delta_into(
     first_version: Version,
     since_base: u32,
     prev: Option<(Version, PageKind)>,
+    rebase: Option<Version>,
     entries: &[(Version, Vec<Change>)],
 ) {
     out.push(1);
     out.extend_from_slice(&first_version.to_le_bytes());
     out.extend_from_slice(&since_base.to_le_bytes());
-    match prev {
-        Some((v, k)) => {
-            out.push(1);
+    match (prev, rebase) {
+        (Some((v, k)), rebase) => {
+            out.push(if rebase.is_some() { 2 } else { 1 });
             out.extend_from_slice(&v.to_le_bytes());
             out.push(k as u8);
+            if let Some(b) = rebase {
+                out.extend_from_slice(&b.to_le_bytes());
+            }
         }
-        None => out.push(0),
+        (None, _) => out.push(0),
     }
     out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
     for (v, changes) in entries {
@@ -590,6 +631,7 @@ pub fn extend_delta(
     let count_at = match record.get(14) {
         Some(0) => 15,
         Some(1) => 24,
+        Some(2) => 32,
         _ => return Err("bad previous-record flag"),
     };
     let count = record
@@ -633,25 +675,36 @@ fn encode_base_into(
     }
 }
 
+/// Writes a slot entry in its compact form (tags 3 and 4: the integers as LEB128 varints, about 15 bytes less
+/// a leaf than tags 1 and 2, which older stores hold and every reader still reads).
 fn put_cell(out: &mut Vec<u8>, slot: u16, cell: Option<&Cell>) {
     out.extend_from_slice(&slot.to_le_bytes());
     match cell {
         None => out.push(0),
         Some(Cell::Leaf(l)) => {
-            out.push(1);
+            out.push(3);
             out.extend_from_slice(&l.path.0);
             out.extend_from_slice(&l.value_hash.0);
-            out.extend_from_slice(&l.version.to_le_bytes());
-            out.extend_from_slice(&l.loc.file_id.to_le_bytes());
-            out.extend_from_slice(&l.loc.offset.to_le_bytes());
-            out.extend_from_slice(&l.loc.len.to_le_bytes());
+            put_varint(out, l.version);
+            put_varint(out, l.loc.file_id.into());
+            put_varint(out, l.loc.offset);
+            put_varint(out, l.loc.len.into());
         }
         Some(Cell::Page { hash, version }) => {
-            out.push(2);
+            out.push(4);
             out.extend_from_slice(&hash.0);
-            out.extend_from_slice(&version.to_le_bytes());
+            put_varint(out, *version);
         }
     }
+}
+
+/// Unsigned LEB128: seven bits a byte, low bits first, the high bit set on every byte but the last.
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8 & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
 }
 
 impl Record {
@@ -684,9 +737,10 @@ impl Record {
             1 => {
                 let first_version = r.u64()?;
                 let since_base = r.u32()?;
-                let prev = match r.u8()? {
+                let flag = r.u8()?;
+                let prev = match flag {
                     0 => None,
-                    1 => {
+                    1 | 2 => {
                         let v = r.u64()?;
                         let k = match r.u8()? {
                             0 => PageKind::Base,
@@ -696,6 +750,17 @@ impl Record {
                         Some((v, k))
                     }
                     _ => return Err("bad previous-record flag"),
+                };
+                let rebase = match flag {
+                    2 => {
+                        let b = r.u64()?;
+                        // The BasePage it rebases on is older than the record's predecessor or is it.
+                        if prev.is_some_and(|(p, _)| b > p) || b >= first_version {
+                            return Err("rebase version out of order");
+                        }
+                        Some(b)
+                    }
+                    _ => None,
                 };
                 let n = r.u16()?;
                 let mut entries = Vec::with_capacity(usize::from(n).min(1024));
@@ -718,6 +783,7 @@ impl Record {
                     first_version,
                     since_base,
                     prev,
+                    rebase,
                     entries,
                 })
             }
@@ -754,6 +820,26 @@ impl<'a> Cursor<'a> {
     fn u64(&mut self) -> Result<u64, &'static str> {
         Ok(u64::from_le_bytes(self.arr()?))
     }
+    /// An unsigned LEB128 varint of at most 10 bytes whose value fits a `u64` (see `put_varint`).
+    fn varint(&mut self) -> Result<u64, &'static str> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let b = self.u8()?;
+            let bits = u64::from(b & 0x7f);
+            // The tenth byte holds the 64th bit only, and ends the varint.
+            if i == 9 && b > 1 {
+                return Err("varint overflows 64 bits");
+            }
+            v |= bits << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err("varint longer than 10 bytes")
+    }
+    fn varint_u32(&mut self) -> Result<u32, &'static str> {
+        u32::try_from(self.varint()?).map_err(|_| "varint overflows 32 bits")
+    }
     fn end(&self) -> Result<(), &'static str> {
         if self.b.is_empty() {
             Ok(())
@@ -789,6 +875,21 @@ impl<'a> Cursor<'a> {
                     version: c.u64()?,
                 })
             }
+            3 => {
+                let path = KeyPath(self.arr()?);
+                let value_hash = Hash(self.arr()?);
+                let version = self.varint()?;
+                let loc = Location {
+                    file_id: self.varint_u32()?,
+                    offset: self.varint()?,
+                    len: self.varint_u32()?,
+                };
+                Some(Cell::Leaf(Leaf::new(path, value_hash, version, loc)))
+            }
+            4 => Some(Cell::Page {
+                hash: Hash(self.arr()?),
+                version: self.varint()?,
+            }),
             _ => return Err("unknown slot tag"),
         };
         Ok((slot, cell))
@@ -842,6 +943,88 @@ mod tests {
     }
 
     #[test]
+    fn compact_slot_entries_round_trip_and_the_fixed_width_ones_still_decode() {
+        let cells = vec![
+            (
+                17u16,
+                Cell::Leaf(Leaf::new(
+                    KeyPath([3; 32]),
+                    Hash([4; 32]),
+                    u64::MAX,
+                    Location {
+                        file_id: u32::MAX,
+                        offset: 1 << 40,
+                        len: 0,
+                    },
+                )),
+            ),
+            (
+                18,
+                Cell::Page {
+                    hash: Hash([5; 32]),
+                    version: 127,
+                },
+            ),
+            (19, leaf(128)),
+        ];
+        let b = encode_base(9, 0, &cells);
+        assert_eq!(
+            Record::decode(&b),
+            Ok(Record::Base {
+                version: 9,
+                since_base: 0,
+                slots: cells.clone()
+            })
+        );
+        // The same base with tags 1 and 2 (fixed-width integers, as stores before format 6 wrote them).
+        let mut old = vec![FORMAT, 0];
+        old.extend_from_slice(&9u64.to_le_bytes());
+        old.extend_from_slice(&0u32.to_le_bytes());
+        old.extend_from_slice(&3u16.to_le_bytes());
+        for (s, c) in &cells {
+            old.extend_from_slice(&s.to_le_bytes());
+            match c {
+                Cell::Leaf(l) => {
+                    old.push(1);
+                    old.extend_from_slice(&l.path.0);
+                    old.extend_from_slice(&l.value_hash.0);
+                    old.extend_from_slice(&l.version.to_le_bytes());
+                    old.extend_from_slice(&l.loc.file_id.to_le_bytes());
+                    old.extend_from_slice(&l.loc.offset.to_le_bytes());
+                    old.extend_from_slice(&l.loc.len.to_le_bytes());
+                }
+                Cell::Page { hash, version } => {
+                    old.push(2);
+                    old.extend_from_slice(&hash.0);
+                    old.extend_from_slice(&version.to_le_bytes());
+                }
+            }
+        }
+        assert!(b.len() < old.len());
+        assert_eq!(Record::decode(&old), Record::decode(&b));
+        // Varints: overlong and overflowing ones are malformed.
+        for (bytes, want) in [
+            (vec![0x80; 11], Err("varint overflows 64 bits")),
+            (vec![0x80; 3], Err("page record ends early")),
+            (
+                [vec![0xff; 9], vec![0x02]].concat(),
+                Err("varint overflows 64 bits"),
+            ),
+            ([vec![0xff; 9], vec![0x01]].concat(), Ok(u64::MAX)),
+            (vec![0x80, 0x01], Ok(128)),
+        ] {
+            assert_eq!(Cursor { b: &bytes }.varint(), want);
+        }
+        assert_eq!(
+            Cursor {
+                b: &[0x80, 0x80, 0x80, 0x80, 0x10]
+            }
+            .varint_u32(),
+            Err("varint overflows 32 bits")
+        );
+    }
+
+    #[test]
     fn page_extend_delta_equals_encoding_all_entries() {
         let e1: Vec<Change> = vec![(17, Some(leaf(1))), (20, None)];
         let e2: Vec<Change> = vec![(
@@ -865,5 +1048,21 @@ mod tests {
         }
         let base = encode_base(5, 0, &[(17, leaf(1))]);
         assert!(extend_delta(&base, 1, 6, &e2).is_err());
+        // A rebase DeltaPage grows the same way and keeps the BasePage it rebases on.
+        let one = encode_rebase(5, 9, (4, PageKind::Delta), 2, &e1);
+        let grown = extend_delta(&one, 10, 6, &e2).unwrap();
+        assert_eq!(
+            Record::decode(&grown),
+            Ok(Record::Delta {
+                first_version: 5,
+                since_base: 10,
+                prev: Some((4, PageKind::Delta)),
+                rebase: Some(2),
+                entries: vec![(5, e1.clone()), (6, e2.clone())],
+            })
+        );
+        // Rebasing on a BasePage newer than the predecessor is malformed.
+        let bad = encode_rebase(5, 9, (3, PageKind::Delta), 4, &e1);
+        assert_eq!(Record::decode(&bad), Err("rebase version out of order"));
     }
 }
