@@ -298,6 +298,11 @@ fn main() {
             split.latest_index_bytes >> 20,
             t.elapsed().as_secs_f64()
         );
-        read(&store, &mut rng, "small caches, every key read once before", false);
+        read(
+            &store,
+            &mut rng,
+            "small caches, every key read once before",
+            false,
+        );
     }
 }

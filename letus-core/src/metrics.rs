@@ -34,6 +34,8 @@ pub struct Counters {
     pub gets: AtomicU64,
     /// Gets answered by the latest-value index (one value read, no page walked).
     pub latest_index_hits: AtomicU64,
+    /// Leaves the latest-value index's background fill inserted since the open.
+    pub latest_index_filled: AtomicU64,
     /// Prunes that removed index files.
     pub prunes: AtomicU64,
     /// Index files removed by prunes.
@@ -81,6 +83,7 @@ impl Counters {
             commit_micros: self.commit_micros.load(Relaxed),
             gets: self.gets.load(Relaxed),
             latest_index_hits: self.latest_index_hits.load(Relaxed),
+            latest_index_filled: self.latest_index_filled.load(Relaxed),
             prunes: self.prunes.load(Relaxed),
             pruned_files: self.pruned_files.load(Relaxed),
             pruned_bytes: self.pruned_bytes.load(Relaxed),
@@ -114,6 +117,7 @@ pub struct Snapshot {
     pub commit_micros: u64,
     pub gets: u64,
     pub latest_index_hits: u64,
+    pub latest_index_filled: u64,
     pub prunes: u64,
     pub pruned_files: u64,
     pub pruned_bytes: u64,
@@ -145,6 +149,7 @@ impl std::ops::Sub for Snapshot {
             commit_micros: self.commit_micros - o.commit_micros,
             gets: self.gets - o.gets,
             latest_index_hits: self.latest_index_hits - o.latest_index_hits,
+            latest_index_filled: self.latest_index_filled - o.latest_index_filled,
             prunes: self.prunes - o.prunes,
             pruned_files: self.pruned_files - o.pruned_files,
             pruned_bytes: self.pruned_bytes - o.pruned_bytes,

@@ -39,9 +39,12 @@ fn a_get_at_the_latest_version_reads_one_value_record_and_no_page() {
         (500, 500, 0)
     );
 
-    // A reopened store starts with an empty index: the first get walks the pages, the second is a hit.
+    // A reopened store fills its index in the background; emptied (once the fill is done), the first get walks
+    // the pages and the second is a hit.
     drop(s);
     let s = Store::open(dir.path(), opts).unwrap();
+    wait_filled(&s, 10_000);
+    s.clear_caches();
     let k = key(3 * 20 + 5);
     let m0 = s.metrics();
     assert_eq!(s.get(0, 20, &k).unwrap(), Some(b"v5".to_vec()));
@@ -222,4 +225,92 @@ fn readers_that_fill_the_index_during_commits_read_the_value_of_their_snapshot()
     for k in 0..KEYS {
         assert_eq!(s.get(0, VERSIONS, &key(k)).unwrap(), expected(k, VERSIONS));
     }
+}
+
+/// Waits (at most 60 s) until the background fill has inserted `n` leaves since the open.
+fn wait_filled(s: &Store, n: u64) {
+    let t = std::time::Instant::now();
+    while s.metrics().latest_index_filled < n {
+        assert!(
+            t.elapsed().as_secs() < 60,
+            "the fill did not finish: {:?}",
+            s.metrics()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_reopened_store_fills_its_index_in_the_background_while_commits_go_on() {
+    const KEYS: u64 = 6_000;
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        memtable_bytes: 64 * 1024,
+        memory_budget_bytes: 8 << 20,
+        latest_index_bytes: 1 << 20,
+        ..Options::default()
+    };
+    let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut s = Store::open(dir.path(), opts.clone()).unwrap();
+    for v in 1..=3u64 {
+        for k in 0..KEYS {
+            let val = format!("{k}@{v}").into_bytes();
+            s.put(2, &key(k), &val).unwrap();
+            model.insert(k, val);
+        }
+        s.commit(v).unwrap();
+    }
+    s.close().unwrap();
+
+    // Reopened: the fill walks the state while commits change and delete keys under it.
+    let mut s = Store::open(dir.path(), opts.clone()).unwrap();
+    let mut rng = Rng::new(9);
+    for v in 4..=40u64 {
+        for _ in 0..200 {
+            let k = rng.below(KEYS + 500);
+            if rng.chance(20) {
+                s.delete(2, &key(k)).unwrap();
+                model.remove(&k);
+            } else {
+                let val = format!("{k}@{v}").into_bytes();
+                s.put(2, &key(k), &val).unwrap();
+                model.insert(k, val);
+            }
+        }
+        s.commit(v).unwrap();
+    }
+    wait_filled(&s, 1);
+    let t = std::time::Instant::now();
+    while s.metrics().latest_index_filled < model.len() as u64 / 2 && t.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    for k in 0..KEYS + 500 {
+        assert_eq!(
+            s.get(2, 40, &key(k)).unwrap(),
+            model.get(&k).cloned(),
+            "key {k}"
+        );
+    }
+    s.close().unwrap();
+
+    // Reopened with no commit: once filled, every present key is one value read.
+    let s = Store::open(dir.path(), opts).unwrap();
+    wait_filled(&s, model.len() as u64);
+    assert_eq!(
+        s.metrics().latest_index_filled,
+        model.len() as u64,
+        "every leaf once"
+    );
+    let m0 = s.metrics();
+    for (k, v) in &model {
+        assert_eq!(s.get(2, 40, &key(*k)).unwrap().as_ref(), Some(v));
+    }
+    let d = s.metrics() - m0;
+    assert_eq!(d.page_reads, 0);
+    assert!(
+        d.latest_index_hits >= model.len() as u64 * 95 / 100,
+        "{} of {} answered by the index",
+        d.latest_index_hits,
+        model.len()
+    );
 }

@@ -16,15 +16,28 @@
 //! trie id and key are the ones asked for, and otherwise walks the trie. So a hit is always right, and a miss or
 //! a mismatch costs what a `get` cost without the index.
 //!
+//! ## Filling
+//! When the index is on, a store fills it after every open on a background thread ([`Filler`]): a walk of each
+//! trie's newest state in path order, a batch of leaves per hold of the engine (taken after any writer waiting for
+//! it, reading pages without filling the page cache), each batch at the engine's newest version while it holds
+//! it, so that what it inserts is the newest (the same rule as a reader's insert). Commits go on meanwhile; gets
+//! that miss walk the trie until the filler has passed their keys.
+//!
 //! ## Memory
 //! 12 bytes a slot (a `u32` tag, a `u64` location), allocated zeroed, so untouched parts cost no RSS. The slots
 //! are split into stripes, each behind its own lock (readers share a stripe; a reader inserting takes it alone
 //! for a few nanoseconds; a commit, holding the engine exclusively, takes none).
 
-use std::sync::{PoisonError, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
 
 use letus_verify::{KeyPath, TrieId};
 
+use super::engine::ScanSource;
+use super::snapshot::Shared;
+use crate::error::{Error, Result};
+use crate::metrics::Counters;
+use crate::trie;
 use crate::vdls::Location;
 
 /// Slots per bucket.
@@ -211,6 +224,86 @@ impl LatestIndex {
             s.tags.fill(0);
         }
     }
+}
+
+/// Leaves the filler inserts per hold of the engine.
+const FILL_BATCH: usize = 4096;
+
+/// The background thread that fills the latest-value index after an open (see the module documentation). It holds
+/// the store weakly; the store stops and joins it when dropped.
+pub(super) struct Filler {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Filler {
+    pub(super) fn start(shared: &Arc<Shared>) -> Result<Filler> {
+        let weak = Arc::downgrade(shared);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("letus-latest-fill".into())
+            .spawn(move || {
+                // A walk that fails (a page that cannot be read) leaves the rest of the index to reads: it is a
+                // cache, and the same read fails for the get that needs it, with its error.
+                let _ = fill(&weak, &stopped);
+            })
+            .map_err(|e| Error::io("letus-latest-fill", e))?;
+        Ok(Filler {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for Filler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn fill(weak: &Weak<Shared>, stop: &AtomicBool) -> Result<()> {
+    let tries: Vec<TrieId> = match weak.upgrade() {
+        Some(shared) => shared.engine().tries.keys().copied().collect(),
+        None => return Ok(()),
+    };
+    for tid in tries {
+        let mut after: Option<KeyPath> = None;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let Some(shared) = weak.upgrade() else {
+                return Ok(());
+            };
+            let e = shared.engine_after_writers();
+            let Some(&latest) = e.versions.last() else {
+                return Ok(());
+            };
+            // A trie without a root at the newest version (emptied, or never written) has nothing to index.
+            let Ok(root) = e.root_page(tid, latest) else {
+                break;
+            };
+            let mut n = 0usize;
+            let mut last = None;
+            let finished =
+                trie::walk_after(&ScanSource(&e), tid, &root, after.as_ref(), &mut |leaf| {
+                    e.latest.remember(tid, &leaf.path, leaf.loc);
+                    last = Some(leaf.path);
+                    n += 1;
+                    Ok(n < FILL_BATCH)
+                })?;
+            Counters::add(&e.counters.latest_index_filled, n as u64);
+            if finished || last.is_none() {
+                break;
+            }
+            after = last;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

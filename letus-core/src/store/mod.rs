@@ -199,6 +199,8 @@ pub struct Store {
     poisoned: bool,
     /// Dropped (and joined) before the lock: it writes in the store's directory.
     pruner: Option<prune::Pruner>,
+    /// Fills the latest-value index after the open (when it is on).
+    filler: Option<latest_index::Filler>,
     _lock: crate::storage::LockGuard,
 }
 
@@ -568,8 +570,12 @@ impl Store {
             staged: BTreeMap::new(),
             poisoned: false,
             pruner: None,
+            filler: None,
             _lock: lock,
         };
+        if store.limits.latest_index_bytes > 0 {
+            store.filler = Some(latest_index::Filler::start(&store.shared)?);
+        }
         if let Some(keep) = keep_versions {
             let pruner = prune::Pruner::start(&store.shared, keep, prune_ratio, gc_garbage)?;
             // A store opened with a window it is already past prunes at once.
@@ -652,6 +658,7 @@ impl Store {
         self.poisoned = true;
         // A prune running writes in the directory too; it ends first.
         self.pruner = None;
+        self.filler = None;
         self._lock = Box::new(());
         *self = Store::open(&self.dir, self.limits.clone())?;
         Ok(())
