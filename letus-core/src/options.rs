@@ -67,7 +67,8 @@ pub struct Options {
     /// the pages anyway, so it pays only for an embedder whose reads are mostly plain gets of the latest state
     /// (block execution), and at the default budget it takes memory the pages of a state that just fits would
     /// use (10M keys, 2 GiB: 56.5k committed updates/s with 128 MiB of index against 69.0k without, docs/BENCHMARKS.md).
-    /// At most half the budget.
+    /// At most the budget less the MemIndexTable's share (the page cache may then be tiny: a store whose reads
+    /// are gets at the latest version needs little else).
     pub latest_index_bytes: u64,
     /// Where the store's files live: the local file system ([`crate::storage::local`]) unless a test or an
     /// embedder passes another backend, such as [`crate::storage::faulty::Faulty`].
@@ -131,14 +132,14 @@ impl Options {
     }
 
     /// The split of [`Options::memory_budget_bytes`]: the MemIndexTable its `memtable_bytes` (at most a quarter of
-    /// the budget), the latest-value index its `latest_index_bytes` (at most half the budget), then 1/32 of the
+    /// the budget), the latest-value index its `latest_index_bytes` (at most what is left), then 1/32 of the
     /// rest for index blocks (a page found through the in-memory lookup block needs at most one index block; the
     /// hot ones are few) and everything else for decoded pages, which is what keeps commits and reads off the
     /// disk.
     pub fn memory_split(&self) -> MemorySplit {
         let budget = self.memory_budget_bytes;
         let memtable = (self.memtable_bytes as u64).min(budget / 4);
-        let latest = self.latest_index_bytes.min(budget / 2);
+        let latest = self.latest_index_bytes.min(budget - memtable);
         let rest = budget - memtable - latest;
         let block = rest / 32;
         MemorySplit {
