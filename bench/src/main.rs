@@ -630,7 +630,19 @@ fn markdown(args: &Args, results: &[Result1], failures: &BTreeMap<String, String
     s
 }
 
+/// Makes mimalloc return freed memory to the OS at once instead of after its default 10 ms delay (100 ms for its
+/// arenas). Measured with the 10M engine bench: the peak RSS fell from 2,572 to 2,349 MiB for the same live heap
+/// (the page cache evicts and replaces pages continuously, and freed pages waited to be purged), at no measurable
+/// cost in commit rate. `mi_option_purge_delay` is 15 in mimalloc v3's `mi_option_e` (libmimalloc-sys declares
+/// no constant for it).
+fn purge_freed_memory_at_once() {
+    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    // SAFETY: sets an allocator option; mimalloc allows this at any time from any thread.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+}
+
 fn main() -> Result<()> {
+    purge_freed_memory_at_once();
     let args = Args::parse();
     std::fs::create_dir_all(&args.out)?;
     let mut results = Vec::new();

@@ -9,8 +9,42 @@
 
 use std::time::Instant;
 
+/// mimalloc, counting the bytes the process holds allocated, so that the bench can tell the engine's live heap
+/// (what its memory budget is about) from allocator overhead and fragmentation in the RSS.
+struct Counting;
+
+static LIVE_HEAP: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+// SAFETY: every call is forwarded unchanged to mimalloc; the counter only observes the sizes.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        LIVE_HEAP.fetch_add(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        unsafe { mimalloc::MiMalloc.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
+        LIVE_HEAP.fetch_add(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        unsafe { mimalloc::MiMalloc.alloc_zeroed(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        LIVE_HEAP.fetch_sub(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        unsafe { mimalloc::MiMalloc.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
+        LIVE_HEAP.fetch_add(
+            new as i64 - l.size() as i64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        unsafe { mimalloc::MiMalloc.realloc(p, l, new) }
+    }
+}
+
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: Counting = Counting;
+
+/// Bytes allocated and not yet freed (as requested, before the allocator's rounding).
+fn live_heap() -> u64 {
+    LIVE_HEAP.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64
+}
 
 use letus_core::{Options, Store};
 use letus_workload::Rng;
@@ -97,7 +131,19 @@ struct Args {
     bench: bool,
 }
 
+/// Makes mimalloc return freed memory to the OS at once instead of after its default 10 ms delay (100 ms for its
+/// arenas). Measured with the 10M engine bench: the peak RSS fell from 2,572 to 2,349 MiB for the same live heap
+/// (the page cache evicts and replaces pages continuously, and freed pages waited to be purged), at no measurable
+/// cost in commit rate. `mi_option_purge_delay` is 15 in mimalloc v3's `mi_option_e` (libmimalloc-sys declares
+/// no constant for it).
+fn purge_freed_memory_at_once() {
+    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    // SAFETY: sets an allocator option; mimalloc allows this at any time from any thread.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+}
+
 fn main() {
+    purge_freed_memory_at_once();
     let a = <Args as clap::Parser>::parse();
     let (keys, versions, updates, gets) = (a.keys, a.versions, a.updates, a.gets);
     let mut opts = Options::default();
@@ -139,12 +185,13 @@ fn main() {
             let (now, peak) = rss();
             let m = store.memory();
             println!(
-                "  loaded {:>11} keys: {:>7.0} keys/s over the last {} keys, RSS {} MiB (peak {} MiB; page cache {} MiB in {} pages), disk {:.0} bytes per key",
+                "  loaded {:>11} keys: {:>7.0} keys/s over the last {} keys, RSS {} MiB (peak {} MiB; heap {} MiB; page cache {} MiB in {} pages), disk {:.0} bytes per key",
                 i,
                 (i - interval.1) as f64 / interval.0.elapsed().as_secs_f64(),
                 i - interval.1,
                 now >> 20,
                 peak >> 20,
+                live_heap() >> 20,
                 m.page_cache_bytes >> 20,
                 m.page_cache_pages,
                 store.disk_bytes() as f64 / i as f64
@@ -208,9 +255,18 @@ fn main() {
     );
     let (now, peak) = rss();
     println!(
-        "RSS after the updates: {} MiB (peak {} MiB)",
+        "RSS after the updates: {} MiB (peak {} MiB; {}), heap {} MiB, {:?}",
         now >> 20,
-        peak >> 20
+        peak >> 20,
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("Rss") || l.starts_with("Threads"))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+            .join(", "),
+        live_heap() >> 20,
+        store.memory()
     );
 
     // Reads at the latest version.
