@@ -28,6 +28,7 @@ pub mod storage;
 pub mod store;
 pub(crate) mod tombstones;
 pub(crate) mod trie;
+pub(crate) mod varint;
 pub mod vdls;
 
 pub use error::{Error, Result};

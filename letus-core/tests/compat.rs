@@ -1,6 +1,7 @@
-//! On-disk compatibility: small stores written by the format-version-2 engine (`tests/fixtures/format-v2/`) and
-//! by the format-version-6 engine (`tests/fixtures/format-v6/`, whose index files hold rebase DeltaPages) are kept
-//! in the repository and must open and verify in every later version.
+//! On-disk compatibility: small stores written by the format-version-2 engine (`tests/fixtures/format-v2/`), by
+//! the format-version-6 engine (`tests/fixtures/format-v6/`, whose index files hold rebase DeltaPages) and by the
+//! format-version-7 engine (`tests/fixtures/format-v7/`, compact index blocks) are kept in the repository and
+//! must open and verify in every later version.
 //!
 //! THE FIXTURE IS THE CONTRACT. `store/` holds the files exactly as that engine left them (index files, value
 //! log files, roots and tombstone logs, a history base, and commits after the last flush that only the value log
@@ -31,7 +32,7 @@ use letus_core::{Digest, Frontier, Hash, Options, Store, TrieId, Version};
 use letus_verify::{verify_multi_proof, verify_proof, Claim, Limits};
 
 /// The fixture this build writes (the format version of FORMAT.md).
-const WRITE_AS: &str = "format-v6";
+const WRITE_AS: &str = "format-v7";
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -477,6 +478,11 @@ fn format_v2_fixture_opens_and_verifies() {
 #[test]
 fn format_v6_fixture_opens_and_verifies() {
     check_fixture(&fixtures().join("format-v6"));
+}
+
+#[test]
+fn format_v7_fixture_opens_and_verifies() {
+    check_fixture(&fixtures().join("format-v7"));
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@
 //!
 //! - a **page block** is one page record: `len u32 | crc u32 | record`, the CRC covering the record's key as well,
 //!   so a record served for the wrong key is detected like a flipped byte;
-//! - an **index block** maps up to 70 consecutive keys to their page blocks (`count u32 | entries | crc u32`,
-//!   at most 4068 bytes);
+//! - an **index block** maps consecutive keys to their page blocks, in at most about 4 KiB: since format version
+//!   3 `count u32 | first_offset u64 | compact entries | crc u32` (about 11 bytes an entry, so a few hundred keys
+//!   a block), before it `count u32 | entries | crc u32` with up to 70 entries of 58 bytes;
 //! - the **lookup block** gives, for each index block, its first key, its offset and its entry count; it is read
 //!   and checked once at open and then kept in memory, so a lookup costs at most one index block read (often a
 //!   cache hit) plus one page block read;
@@ -26,15 +27,22 @@ use crate::metrics::Counters;
 use crate::storage::SharedStorage;
 
 use super::block_cache::BlockCache;
-use super::page_key::{PageKey, PageKind};
+use super::page_key::{PageId, PageKey, PageKind, MAX_PAGE_DEPTH};
+use crate::varint;
 
 /// The magic number at the start of the header and at the end of the footer.
 pub const MAGIC: [u8; 8] = *b"LETUSIDX";
-/// The format version this build writes. Version 2 may hold rebase DeltaPages (FORMAT.md §2.1); the layout of the
-/// file is that of version 1.
-pub const FORMAT_VERSION: u32 = 2;
-/// The oldest format version this build reads (its files hold no rebase DeltaPage, and are read as they are).
+/// The format version this build writes. Version 2 may hold rebase DeltaPages (FORMAT.md §2.1); version 3 has
+/// compact index blocks (variable-length entries, see [`COMPACT_INDEX_VERSION`]).
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest format version this build reads (versions 1 and 2 are read as they are: fixed 58-byte entries).
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
+/// The first format version whose index blocks are compact: `count u32 | first_offset u64 | entries | crc u32`,
+/// an entry `tid varint | depth u8 | prefix [depth/2] | version varint | kind u8 | len varint`, each page block
+/// starting where the previous entry's ended; a lookup entry's `n` is `count << 16 | block length`. A 58-byte
+/// entry held 29 zero bytes of prefix and an offset implied by its predecessor: at 10M keys the index blocks were a
+/// tenth of every byte written.
+pub const COMPACT_INDEX_VERSION: u32 = 3;
 /// Header: `magic [u8;8] | format_version u32 | header_crc u32`.
 pub const HEADER_LEN: u64 = 16;
 /// Footer (layout in `FORMAT.md §2` §3.5). Its last 16 bytes (`format_version u32 | footer_crc u32 |
@@ -53,9 +61,25 @@ pub const INDEX_BLOCK_TARGET: usize = 4096;
 const WRITE_CHUNK: usize = 256 << 10;
 /// Bytes written between two `sync_data` calls while a file is written.
 const BYTES_PER_SYNC: u64 = 4 << 20;
-/// Index blocks held in memory before they move to the writer's side file.
-const INDEX_SPILL: usize = 4 << 20;
-/// Entries per full index block: `(4096 - 8) / 58 = 70`, so a full block is `8 + 70 * 58 = 4068` bytes.
+/// Index blocks held in memory before they move to the writer's side file. Above what a MemIndexTable flush needs
+/// (its compact index is a few MiB): a spilled byte is written twice.
+const INDEX_SPILL: usize = 16 << 20;
+/// A compact index block's `count u32 | first_offset u64` and trailing CRC.
+const COMPACT_BLOCK_OVERHEAD: usize = 4 + 8 + 4;
+/// Longest compact entry: tid 5 | depth 1 | prefix 32 | version 10 | kind 1 | len 4 (at most 16 MiB).
+const MAX_COMPACT_ENTRY_LEN: usize = 5 + 1 + 32 + 10 + 1 + 4;
+/// Shortest compact entry (a root page: one byte each).
+const MIN_COMPACT_ENTRY_LEN: usize = 5;
+/// Longest compact index block: blocks are sealed before an entry would take them past the target, unless the
+/// entry is the block's first.
+const MAX_COMPACT_BLOCK_LEN: usize =
+    if INDEX_BLOCK_TARGET > COMPACT_BLOCK_OVERHEAD + MAX_COMPACT_ENTRY_LEN {
+        INDEX_BLOCK_TARGET
+    } else {
+        COMPACT_BLOCK_OVERHEAD + MAX_COMPACT_ENTRY_LEN
+    };
+/// Entries per full index block of format versions 1 and 2: `(4096 - 8) / 58 = 70`, so a full block is
+/// `8 + 70 * 58 = 4068` bytes.
 pub const MAX_ENTRIES_PER_BLOCK: usize = (INDEX_BLOCK_TARGET - 8) / ENTRY_LEN;
 
 /// What the engine records about an index file, stored in its footer.
@@ -112,13 +136,15 @@ struct LookupEntry {
     first_key: PageKey,
     /// Offset of the index block.
     offset: u64,
-    /// Its number of entries, `1..=MAX_ENTRIES_PER_BLOCK`.
+    /// Its number of entries (at least 1).
     count: u32,
+    /// Its length in bytes.
+    len: u32,
 }
 
 impl LookupEntry {
     fn block_len(&self) -> u64 {
-        index_block_len(self.count as usize)
+        u64::from(self.len)
     }
 }
 
@@ -135,6 +161,42 @@ fn page_crc(key: &[u8; PageKey::ENCODED_LEN], len: u32, record: &[u8]) -> u32 {
     h.update(&len.to_le_bytes());
     h.update(record);
     h.finalize()
+}
+
+/// Appends the compact index entry of `key`, whose record is `len` bytes (format version 3).
+fn encode_compact_entry(out: &mut Vec<u8>, key: &PageKey, len: u32) {
+    varint::put(out, key.tid.into());
+    out.push(key.page.depth);
+    out.extend_from_slice(&key.page.prefix[..usize::from(key.page.depth / 2)]);
+    varint::put(out, key.version);
+    out.push(key.kind as u8);
+    varint::put(out, len.into());
+}
+
+/// Decodes the compact entry at the start of `b`: key, record length and the entry's length. Rejects what no
+/// writer produces (an odd or too deep page, an unknown kind, a tid or length past 32 bits).
+fn decode_compact_entry(b: &[u8]) -> std::result::Result<(PageKey, u32, usize), &'static str> {
+    let (tid, mut at) = varint::get(b)?;
+    let tid = u32::try_from(tid).map_err(|_| "trie id past 32 bits")?;
+    let depth = *b.get(at).ok_or("entry ends early")?;
+    at += 1;
+    if depth & 1 != 0 || depth > MAX_PAGE_DEPTH {
+        return Err("invalid page depth");
+    }
+    let n = usize::from(depth / 2);
+    let mut prefix = [0u8; 32];
+    prefix[..n].copy_from_slice(b.get(at..at + n).ok_or("entry ends early")?);
+    at += n;
+    let (version, k) = varint::get(&b[at..])?;
+    at += k;
+    let kind =
+        PageKind::from_u8(*b.get(at).ok_or("entry ends early")?).ok_or("invalid page kind")?;
+    at += 1;
+    let (len, k) = varint::get(&b[at..])?;
+    at += k;
+    let len = u32::try_from(len).map_err(|_| "record length past 32 bits")?;
+    let key = PageKey::new(tid, PageId { depth, prefix }, version, kind);
+    Ok((key, len, at))
 }
 
 fn encode_entry(out: &mut Vec<u8>, key: &PageKey, offset: u64, n: u32) {
@@ -213,8 +275,8 @@ fn encode_header() -> [u8; HEADER_LEN as usize] {
 
 /// Writes one index file. [`IndexFileWriter::add`] must be called in strictly increasing key order.
 ///
-/// Page blocks are streamed to the file as they are added; index entries are kept in memory (58 bytes per record,
-/// bounded by the MemIndexTable being flushed) and written by [`IndexFileWriter::finish`] after the last page
+/// Page blocks are streamed to the file as they are added; index entries are kept in memory (about 11 bytes per
+/// record, bounded by the MemIndexTable being flushed; past [`INDEX_SPILL`] in a side file) and written by [`IndexFileWriter::finish`] after the last page
 /// block. A writer dropped without `finish` leaves a file without a footer, which [`IndexFile::open`] rejects as
 /// corrupt: the engine deletes such a file (it still has its temporary name).
 pub struct IndexFileWriter {
@@ -233,6 +295,8 @@ pub struct IndexFileWriter {
     /// Entries of the index block being filled (encoded, without count and CRC).
     block: Vec<u8>,
     block_first: Option<PageKey>,
+    /// Offset of the page block of `block_first`.
+    block_first_offset: u64,
     block_count: u32,
     /// Finished index blocks, back to back, as they will be written (after the first `index_spilled` bytes).
     index: Vec<u8>,
@@ -241,8 +305,9 @@ pub struct IndexFileWriter {
     spill: Option<(PathBuf, AppendFile)>,
     index_spilled: u64,
     fs: SharedStorage,
-    /// `(first key, offset relative to the start of the index region, entries)` of each finished index block.
-    lookup: Vec<(PageKey, u64, u32)>,
+    /// `(first key, offset relative to the start of the index region, entries, bytes)` of each finished index
+    /// block.
+    lookup: Vec<(PageKey, u64, u32, u32)>,
     /// Set after an I/O error: the file is in an unknown state and must be deleted.
     failed: bool,
     /// Bytes written since the last `sync_data`.
@@ -265,6 +330,7 @@ impl IndexFileWriter {
             versions: None,
             block: Vec::with_capacity(INDEX_BLOCK_TARGET),
             block_first: None,
+            block_first_offset: 0,
             block_count: 0,
             index: Vec::new(),
             spill: None,
@@ -363,14 +429,19 @@ impl IndexFileWriter {
         self.write(&head)?;
         self.write(record)?;
 
+        let start = self.block.len();
+        encode_compact_entry(&mut self.block, key, len);
+        if self.block_count > 0 && COMPACT_BLOCK_OVERHEAD + self.block.len() > INDEX_BLOCK_TARGET {
+            // The entry starts the next block.
+            let entry = self.block.split_off(start);
+            self.seal_block()?;
+            self.block = entry;
+        }
         if self.block_count == 0 {
             self.block_first = Some(*key);
+            self.block_first_offset = offset;
         }
-        encode_entry(&mut self.block, key, offset, len);
         self.block_count += 1;
-        if self.block_count as usize == MAX_ENTRIES_PER_BLOCK {
-            self.seal_block()?;
-        }
         self.last = Some(*key);
         self.records += 1;
         self.versions = Some(match self.versions {
@@ -390,10 +461,14 @@ impl IndexFileWriter {
         let start = self.index.len();
         self.index
             .extend_from_slice(&self.block_count.to_le_bytes());
+        self.index
+            .extend_from_slice(&self.block_first_offset.to_le_bytes());
         self.index.extend_from_slice(&self.block);
         let crc = fsutil::crc(&self.index[start..]);
         self.index.extend_from_slice(&crc.to_le_bytes());
-        self.lookup.push((first, rel, self.block_count));
+        // At most MAX_COMPACT_BLOCK_LEN bytes (4 KiB) and so fewer than 2^16 entries: both fit the lookup's `n`.
+        let len = (self.index.len() - start) as u32;
+        self.lookup.push((first, rel, self.block_count, len));
         self.block.clear();
         self.block_count = 0;
         if self.index.len() >= INDEX_SPILL {
@@ -470,8 +545,8 @@ impl IndexFileWriter {
         let lookup_offset = self.pos;
         let mut lookup = Vec::with_capacity(index_block_len(self.lookup.len()) as usize);
         lookup.extend_from_slice(&(self.lookup.len() as u32).to_le_bytes());
-        for (first, rel, count) in &self.lookup {
-            encode_entry(&mut lookup, first, index_offset + rel, *count);
+        for (first, rel, count, len) in &self.lookup {
+            encode_entry(&mut lookup, first, index_offset + rel, count << 16 | len);
         }
         let crc = fsutil::crc(&lookup);
         lookup.extend_from_slice(&crc.to_le_bytes());
@@ -519,6 +594,8 @@ pub struct IndexFile {
     pages_end: u64,
     /// The lookup block, decoded: first keys strictly increasing, index blocks back to back from `pages_end`.
     lookup: Vec<LookupEntry>,
+    /// Index blocks of format [`COMPACT_INDEX_VERSION`] or later.
+    compact: bool,
     counters: Arc<Counters>,
     cache: Arc<BlockCache>,
 }
@@ -628,7 +705,8 @@ impl IndexFile {
         let mut buf = vec![0u8; footer.lookup_len as usize];
         fsutil::read_exact_at(&*file, path, &mut buf, footer.lookup_offset)?;
         Counters::add(&counters.bytes_read, footer.lookup_len);
-        let lookup = parse_lookup(path, &buf, &footer)?;
+        let compact = header_version >= COMPACT_INDEX_VERSION;
+        let lookup = parse_lookup(path, &buf, &footer, compact)?;
 
         cache.keep_file(file_no, file);
         Ok(IndexFile {
@@ -638,6 +716,7 @@ impl IndexFile {
             meta,
             pages_end: footer.index_offset,
             lookup,
+            compact,
             counters,
             cache,
         })
@@ -662,6 +741,15 @@ impl IndexFile {
     #[cfg(test)]
     pub fn index_blocks(&self) -> usize {
         self.lookup.len()
+    }
+
+    /// Offset, first key and length of each index block.
+    #[cfg(test)]
+    pub fn index_block_layout(&self) -> Vec<(u64, PageKey, u32)> {
+        self.lookup
+            .iter()
+            .map(|l| (l.offset, l.first_key, l.len))
+            .collect()
     }
 
     /// The record with the greatest key `<= key` whose `(tid, page)` equal `key`'s: the newest record of that page
@@ -865,7 +953,7 @@ impl IndexFile {
     /// Reads, checks and decodes index block `i`.
     fn read_block(&self, i: usize) -> Result<IndexBlock> {
         let l = self.lookup[i];
-        // The lookup block was checked at open: the block lies inside the index region and has 1..=70 entries.
+        // The lookup block was checked at open: the block lies inside the index region and its length is bounded.
         let len = l.block_len() as usize;
         let mut buf = vec![0u8; len];
         let file = self.cache.file(self.file_no, &self.path)?;
@@ -884,28 +972,52 @@ impl IndexFile {
             ));
         }
         let mut entries: Vec<IndexEntry> = Vec::with_capacity(l.count as usize);
-        for (j, chunk) in body[4..].chunks_exact(ENTRY_LEN).enumerate() {
-            let at = 4 + j * ENTRY_LEN;
-            let (key, offset, len) =
-                decode_entry(chunk).ok_or_else(|| corrupt(at, "undecodable page key".into()))?;
-            let e = IndexEntry { key, offset, len };
-            let in_bounds = len as usize <= MAX_RECORD_LEN
-                && offset >= HEADER_LEN
-                && offset
-                    .checked_add(PAGE_BLOCK_HEADER_LEN + u64::from(len))
+        let mut push = |at: usize, e: IndexEntry| -> Result<()> {
+            let in_bounds = e.len as usize <= MAX_RECORD_LEN
+                && e.offset >= HEADER_LEN
+                && e.offset
+                    .checked_add(PAGE_BLOCK_HEADER_LEN + u64::from(e.len))
                     .is_some_and(|end| end <= self.pages_end);
             // Page blocks are written back to back in key order, so within a block each entry starts where the
             // previous one ended.
             let ordered = match entries.last() {
-                None => key == l.first_key,
-                Some(p) => p.key < key && p.end() == offset,
+                None => e.key == l.first_key,
+                Some(p) => p.key < e.key && p.end() == e.offset,
             };
             let versions_ok =
-                key.version >= self.meta.min_version && key.version <= self.meta.max_version;
+                e.key.version >= self.meta.min_version && e.key.version <= self.meta.max_version;
             if !in_bounds || !ordered || !versions_ok {
                 return Err(corrupt(at, format!("inconsistent index entry {e:?}")));
             }
             entries.push(e);
+            Ok(())
+        };
+        if self.compact {
+            let mut offset = u64_at(body, 4).unwrap_or(0);
+            let mut at = 12;
+            for _ in 0..l.count {
+                let (key, len, n) = body
+                    .get(at..)
+                    .ok_or("entry ends early")
+                    .and_then(decode_compact_entry)
+                    .map_err(|what| corrupt(at, format!("undecodable index entry: {what}")))?;
+                push(at, IndexEntry { key, offset, len })?;
+                offset = offset.saturating_add(PAGE_BLOCK_HEADER_LEN + u64::from(len));
+                at += n;
+            }
+            if at != body.len() {
+                return Err(corrupt(
+                    at,
+                    format!("index block {i} has bytes after its entries"),
+                ));
+            }
+        } else {
+            for (j, chunk) in body[4..].chunks_exact(ENTRY_LEN).enumerate() {
+                let at = 4 + j * ENTRY_LEN;
+                let (key, offset, len) = decode_entry(chunk)
+                    .ok_or_else(|| corrupt(at, "undecodable page key".into()))?;
+                push(at, IndexEntry { key, offset, len })?;
+            }
         }
         Ok(IndexBlock { entries })
     }
@@ -977,10 +1089,15 @@ impl IndexFile {
     }
 }
 
-/// Checks and decodes the lookup block against the footer: CRC, entry count, index blocks of 1..=70 entries back
-/// to back from `index_offset` to `lookup_offset`, first keys strictly increasing, entry counts summing to
-/// `records`.
-fn parse_lookup(path: &Path, buf: &[u8], footer: &Footer) -> Result<Vec<LookupEntry>> {
+/// Checks and decodes the lookup block against the footer: CRC, entry count, index blocks of plausible sizes (1..=70
+/// entries of 58 bytes; compact: at least one entry, at most [`MAX_COMPACT_BLOCK_LEN`] bytes) back to back from
+/// `index_offset` to `lookup_offset`, first keys strictly increasing, entry counts summing to `records`.
+fn parse_lookup(
+    path: &Path,
+    buf: &[u8],
+    footer: &Footer,
+    compact: bool,
+) -> Result<Vec<LookupEntry>> {
     let base = footer.lookup_offset;
     let corrupt = |at: usize, what: String| Error::corrupt(path, base + at as u64, what);
     let body =
@@ -1002,19 +1119,30 @@ fn parse_lookup(path: &Path, buf: &[u8], footer: &Footer) -> Result<Vec<LookupEn
         let at = 4 + i * ENTRY_LEN;
         let (first_key, offset, n) =
             decode_entry(chunk).ok_or_else(|| corrupt(at, "undecodable page key".into()))?;
+        let (count, len) = if compact {
+            (n >> 16, n & 0xffff)
+        } else {
+            (n, index_block_len(n as usize) as u32)
+        };
         let l = LookupEntry {
             first_key,
             offset,
-            count: n,
+            count,
+            len,
         };
-        let ok = (1..=MAX_ENTRIES_PER_BLOCK as u32).contains(&n)
-            && offset == next
-            && out.last().is_none_or(|p| p.first_key < first_key);
+        let sized = if compact {
+            count >= 1
+                && (len as usize) <= MAX_COMPACT_BLOCK_LEN
+                && len as usize >= COMPACT_BLOCK_OVERHEAD + count as usize * MIN_COMPACT_ENTRY_LEN
+        } else {
+            (1..=MAX_ENTRIES_PER_BLOCK as u32).contains(&count)
+        };
+        let ok = sized && offset == next && out.last().is_none_or(|p| p.first_key < first_key);
         if !ok {
             return Err(corrupt(at, format!("inconsistent lookup entry {l:?}")));
         }
         next += l.block_len();
-        records += u64::from(n);
+        records += u64::from(count);
         out.push(l);
     }
     if next != footer.lookup_offset || records != footer.meta.records {

@@ -29,7 +29,7 @@ pub use index_file::{FileMeta, IndexFile, IndexFileWriter};
 // The sizes and constants the format tests check (FORMAT.md §2 is normative for them).
 #[cfg(test)]
 pub use index_file::{
-    ENTRY_LEN, FOOTER_LEN, HEADER_LEN, MAX_ENTRIES_PER_BLOCK, MAX_RECORD_LEN, PAGE_BLOCK_HEADER_LEN,
+    FOOTER_LEN, HEADER_LEN, MAX_ENTRIES_PER_BLOCK, MAX_RECORD_LEN, PAGE_BLOCK_HEADER_LEN,
 };
 pub use mem_index::MemIndexTable;
 #[cfg(test)]

@@ -685,26 +685,17 @@ fn put_cell(out: &mut Vec<u8>, slot: u16, cell: Option<&Cell>) {
             out.push(3);
             out.extend_from_slice(&l.path.0);
             out.extend_from_slice(&l.value_hash.0);
-            put_varint(out, l.version);
-            put_varint(out, l.loc.file_id.into());
-            put_varint(out, l.loc.offset);
-            put_varint(out, l.loc.len.into());
+            crate::varint::put(out, l.version);
+            crate::varint::put(out, l.loc.file_id.into());
+            crate::varint::put(out, l.loc.offset);
+            crate::varint::put(out, l.loc.len.into());
         }
         Some(Cell::Page { hash, version }) => {
             out.push(4);
             out.extend_from_slice(&hash.0);
-            put_varint(out, *version);
+            crate::varint::put(out, *version);
         }
     }
-}
-
-/// Unsigned LEB128: seven bits a byte, low bits first, the high bit set on every byte but the last.
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8 & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 impl Record {
@@ -820,22 +811,17 @@ impl<'a> Cursor<'a> {
     fn u64(&mut self) -> Result<u64, &'static str> {
         Ok(u64::from_le_bytes(self.arr()?))
     }
-    /// An unsigned LEB128 varint of at most 10 bytes whose value fits a `u64` (see `put_varint`).
+    /// An unsigned LEB128 varint of at most 10 bytes whose value fits a `u64` (`crate::varint`).
     fn varint(&mut self) -> Result<u64, &'static str> {
-        let mut v = 0u64;
-        for i in 0..10 {
-            let b = self.u8()?;
-            let bits = u64::from(b & 0x7f);
-            // The tenth byte holds the 64th bit only, and ends the varint.
-            if i == 9 && b > 1 {
-                return Err("varint overflows 64 bits");
+        let (v, n) = crate::varint::get(self.b).map_err(|e| {
+            if e == "varint ends early" {
+                "page record ends early"
+            } else {
+                e
             }
-            v |= bits << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err("varint longer than 10 bytes")
+        })?;
+        self.b = &self.b[n..];
+        Ok(v)
     }
     fn varint_u32(&mut self) -> Result<u32, &'static str> {
         u32::try_from(self.varint()?).map_err(|_| "varint overflows 32 bits")
