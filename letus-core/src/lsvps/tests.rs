@@ -359,22 +359,23 @@ fn flip(path: &Path, at: u64, mask: u8) {
     file.write_all_at(&b, at).unwrap();
 }
 
-/// A small file (150 records, one index block) and its model.
-fn small_file(dir: &Path, name: &str) -> (PathBuf, Model) {
+/// A file of `n` random records with versions up to `max_v`, and its model.
+fn random_file(dir: &Path, name: &str, n: usize, max_v: u64) -> (PathBuf, Model) {
     let path = dir.join(name);
     let mut rng = Rng::new(3);
-    let model = random_model(&mut rng, 150, 30, 12);
+    let model = random_model(&mut rng, n, max_v, 12);
     write_file(&path, &model, &meta_for(&model));
     (path, model)
 }
 
+/// A small file (150 records, one index block) and its model.
+fn small_file(dir: &Path, name: &str) -> (PathBuf, Model) {
+    random_file(dir, name, 150, 30)
+}
+
 /// A file of 1,200 records in at least three index blocks, and its model.
 fn multi_block_file(dir: &Path, name: &str) -> (PathBuf, Model) {
-    let path = dir.join(name);
-    let mut rng = Rng::new(3);
-    let model = random_model(&mut rng, 1200, 80, 12);
-    write_file(&path, &model, &meta_for(&model));
-    (path, model)
+    random_file(dir, name, 1200, 80)
 }
 
 #[test]

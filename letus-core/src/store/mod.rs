@@ -151,7 +151,7 @@ pub struct MemoryUse {
     pub block_cache_bytes: u64,
     /// The latest-value index's table (its full size; the parts never written cost no resident memory).
     pub latest_index_bytes: u64,
-    /// Page records not yet flushed to an index file.
+    /// Page records not yet flushed to an index file: the MemIndexTable and the one being flushed, if any.
     pub memtable_bytes: u64,
     /// The tombstone table (keys deleted at the latest version), estimated. It is outside the budget: it holds
     /// what the history of deleted keys needs, however many there are.

@@ -53,7 +53,8 @@ impl Shared {
             page_cache_pages: e.page_cache.len() as u64,
             block_cache_bytes: e.block_cache.weight(),
             latest_index_bytes: e.latest.bytes(),
-            memtable_bytes: e.mem.bytes() as u64,
+            memtable_bytes: (e.mem.bytes() + e.flushing.as_ref().map_or(0, |f| f.table.bytes()))
+                as u64,
             // Key (tid, path), location and the hash map's own slot and control byte.
             tombstone_bytes: (e.tombstones.capacity()
                 * (std::mem::size_of::<((TrieId, KeyPath), Location)>() + 1))
