@@ -9,7 +9,7 @@
 //!
 //! - a **page block** is one page record: `len u32 | crc u32 | record`, the CRC covering the record's key as well,
 //!   so a record served for the wrong key is detected like a flipped byte;
-//! - an **index block** maps consecutive keys to their page blocks, in at most about 4 KiB: since format version
+//! - an **index block** maps consecutive keys to their page blocks: since format version
 //!   3 `count u32 | first_offset u64 | compact entries | crc u32` in at most 1 KiB (about 11 bytes an entry, so
 //!   about 90 keys a block), before it `count u32 | entries | crc u32` with up to 70 entries of 58 bytes;
 //! - the **lookup block** gives, for each index block, its first key, its offset and its entry count; it is read
@@ -281,7 +281,8 @@ fn encode_header() -> [u8; HEADER_LEN as usize] {
 /// Writes one index file. [`IndexFileWriter::add`] must be called in strictly increasing key order.
 ///
 /// Page blocks are streamed to the file as they are added; index entries are kept in memory (about 11 bytes per
-/// record, bounded by the MemIndexTable being flushed; past [`INDEX_SPILL`] in a side file) and written by [`IndexFileWriter::finish`] after the last page
+/// record, bounded by the MemIndexTable being flushed; past [`INDEX_SPILL`] in a side file) and written by
+/// [`IndexFileWriter::finish`] after the last page
 /// block. A writer dropped without `finish` leaves a file without a footer, which [`IndexFile::open`] rejects as
 /// corrupt: the engine deletes such a file (it still has its temporary name).
 pub struct IndexFileWriter {
@@ -472,7 +473,7 @@ impl IndexFileWriter {
         self.index.extend_from_slice(&self.block);
         let crc = fsutil::crc(&self.index[start..]);
         self.index.extend_from_slice(&crc.to_le_bytes());
-        // At most MAX_COMPACT_BLOCK_LEN bytes (4 KiB) and so fewer than 2^16 entries: both fit the lookup's `n`.
+        // At most MAX_COMPACT_BLOCK_LEN bytes (1 KiB) and so fewer than 2^16 entries: both fit the lookup's `n`.
         let len = (self.index.len() - start) as u32;
         self.lookup.push((first, rel, self.block_count, len));
         self.block.clear();
