@@ -93,6 +93,10 @@ struct Args {
     /// Gets per read phase.
     #[arg(long, default_value_t = 20_000)]
     gets: u64,
+    /// Gets of the first read phase, right after the updates with every cache as they left it (default
+    /// `--gets`; more to profile reads from a full cache).
+    #[arg(long)]
+    hot_gets: Option<u64>,
     /// `Options::delta_threshold` (default: the engine's).
     #[arg(long)]
     td: Option<u32>,
@@ -275,7 +279,7 @@ fn main() {
     );
 
     // Reads at the latest version.
-    let read = |store: &Store, rng: &mut Rng, label: &str, clear_each: bool| {
+    let read = |store: &Store, rng: &mut Rng, label: &str, clear_each: bool, gets: u64| {
         let m0 = store.metrics();
         let mut busy = std::time::Duration::ZERO;
         for _ in 0..gets {
@@ -298,12 +302,19 @@ fn main() {
             100.0 * d.latest_index_hits as f64 / g
         );
     };
-    read(&store, &mut rng, "as the updates left the caches", false);
+    read(
+        &store,
+        &mut rng,
+        "as the updates left the caches",
+        false,
+        a.hot_gets.unwrap_or(gets),
+    );
     read(
         &store,
         &mut rng,
         "cold cache: caches cleared before every get",
         true,
+        gets,
     );
     store.clear_caches();
     // Warm the default cache to a steady state (as many gets as keys, at most 2M), then measure.
@@ -311,7 +322,7 @@ fn main() {
         let k = key(rng.next_u64() % keys);
         store.get(0, v, &k).expect("get");
     }
-    read(&store, &mut rng, "default cache, warmed", false);
+    read(&store, &mut rng, "default cache, warmed", false, gets);
     // Cold means our caches and, where the machine lets us (root), the OS page cache too.
     let drop_os_cache = || {
         let _ = std::process::Command::new("sync").status();
@@ -377,6 +388,6 @@ fn main() {
             split.latest_index_bytes >> 20,
             t.elapsed().as_secs_f64()
         );
-        read(&store, &mut rng, "small caches", false);
+        read(&store, &mut rng, "small caches", false, gets);
     }
 }

@@ -402,8 +402,7 @@ impl<S: PageSource> Updater<'_, S> {
             version: o.version,
             head: o.head,
         });
-        let new = Page::from_parts(id, self.version, cells, branches);
-        let hash = new.hash();
+        let (new, hash) = Page::from_parts(id, self.version, cells, branches);
         self.pages.push(PageWrite {
             old: prior,
             new,
@@ -448,7 +447,7 @@ impl<S: PageSource> Updater<'_, S> {
             head: old.head,
         };
         let id = old.id;
-        let new = match Arc::try_unwrap(old) {
+        let (new, hash) = match Arc::try_unwrap(old) {
             Ok(page) => page.with_children(
                 self.version,
                 outs.iter().map(|o| (o.c, o.leaf, &o.grand[..], o.hash)),
@@ -458,7 +457,6 @@ impl<S: PageSource> Updater<'_, S> {
                 Page::from_parts(id, self.version, cells, branches)
             }
         };
-        let hash = new.hash();
         self.pages.push(PageWrite {
             old: Some(prior),
             new,

@@ -9,8 +9,9 @@
 //! page root is a branch iff some child is non-empty.
 //!
 //! ## In memory
-//! A [`Page`] is its slot list (88-byte leaves, 40-byte page references) plus the hashes of its inline branches
-//! (at most 16 children and the root), computed once when the page is built or loaded. It is close to its encoded
+//! A [`Page`] is its slot list (88-byte leaves, 40-byte page references), a bitmap of the slots it holds (so that
+//! finding a slot reads no other slot) and the hashes of its inline branches (at most 16 children and the root),
+//! computed once when the page is built or loaded. It is close to its encoded
 //! size: at tens of millions of keys the decoded pages are the engine's memory, and node trees with a pointer per
 //! child took about four times more. Pages are immutable once built and shared (`Arc`) between the cache, the
 //! commit that replaces them and any reader.
@@ -77,8 +78,9 @@ const PAGE_LEN: usize = 32 + 8;
 ///
 /// Invariants (established by [`Page::build`], the only constructor): `cells` is sorted by slot without
 /// duplicates and has the page shape (slot 0 only alone and only in the root page; a child is a leaf or has
-/// grandchildren, never both; a non-root page is a branch); `branches` holds `fold` of the grandchild hashes of
-/// exactly the children that have grandchildren, sorted by child; `hash` is the hash of the page's root node.
+/// grandchildren, never both; a non-root page is a branch); `occupied` has bit `s` set exactly for the slots `s`
+/// in `cells`; `hashes` holds `fold` of the grandchild hashes of exactly the children that have grandchildren,
+/// sorted by child, then, if there was any, `(ROOT_HASH, the hash of the page's root node)`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Page {
     /// Which page.
@@ -87,12 +89,32 @@ pub struct Page {
     pub version: Version,
     /// The newest stored record of this page at `version`, if the page was loaded from or written to storage.
     pub head: Option<Head>,
-    hash: Hash,
+    // Which slots are in `cells`: a slot's position there is the number of set bits below it, so that a lookup
+    // reads this header and the one cell it needs. 32-bit words: nine of them (288 bits for 273 slots) keep the
+    // page at 136 bytes, where five 64-bit words would take it to 144. A search of the sorted slots cost three or four cache misses
+    // a page (the entries are 104 bytes apart), and at 10M keys a warm get's four pages lie in 2 GB of memory:
+    // the page lookups were 39% of a get's time, the interpolated search alone 15%.
+    occupied: [u32; 9],
     // Boxed slices, not vectors: no capacity word, and no spare capacity. At 10M keys there are 2.1M cached pages,
     // most of them holding two or three leaves, and the 16 bytes took the `Arc<Page>` allocation across a size
-    // class of the allocator (168 to 152 bytes: 192-byte blocks to 160).
+    // class of the allocator (168 to 152 bytes: 192-byte blocks to 160). The page's own hash is the last entry of
+    // `hashes` rather than a field for the same reason: that made room for `occupied`, and a get never needs it.
+    // A page without inline branches (all its children leaves: most pages at 10M keys hold two or three) does not
+    // store it at all, which would cost an allocation; [`Page::hash`] computes it from those few leaves.
     cells: Box<[(SlotNo, Cell)]>,
-    branches: Box<[(u8, Hash)]>,
+    hashes: Box<[(u8, Hash)]>,
+}
+
+/// The key of the page hash's entry in [`Page`]'s `hashes`, after the 16 children's.
+const ROOT_HASH: u8 = 16;
+
+/// Bit `s` set for every slot `s` of `cells` (sorted, each at most [`MAX_SLOT`]).
+fn occupancy(cells: &[(SlotNo, Cell)]) -> [u32; 9] {
+    let mut bits = [0u32; 9];
+    for (s, _) in cells {
+        bits[usize::from(*s / 32)] |= 1 << (s % 32);
+    }
+    bits
 }
 
 /// The stored record a page was loaded from, which the next update chains to.
@@ -162,21 +184,18 @@ impl Page {
             id,
             version,
             head,
-            hash: EMPTY,
+            occupied: occupancy(&cells),
             cells: cells.into_boxed_slice(),
-            branches: Box::default(),
+            hashes: Box::default(),
         };
         match &page.cells[..] {
             [] if id.depth != 0 => return Err("a non-root page with no content"),
             [] => return Ok(page),
-            [(0, Cell::Leaf(l))] if id.depth == 0 => {
-                page.hash = l.hash();
-                return Ok(page);
-            }
+            [(0, Cell::Leaf(_))] if id.depth == 0 => return Ok(page),
             [(0, _), ..] => return Err("slot 0 holds a page reference or shares its page"),
             _ => {}
         }
-        let mut branches = Vec::new();
+        let mut branches = Vec::with_capacity(17);
         for c in 0..16u8 {
             let grand = page.grandchildren(c);
             let leaf_child = page.cell(child_slot(c));
@@ -187,52 +206,52 @@ impl Page {
                 (_, true) => {}
             }
         }
-        page.branches = branches.into_boxed_slice();
-        page.hash = fold(&page.child_hashes());
+        page.seal_hash(branches);
         Ok(page)
     }
 
     /// Builds page `id` from slots and the hashes of its inline branches computed by the caller (an update knows
     /// them for the children it did not touch, and computed them for the ones it did). Only the page root is hashed
-    /// here. The caller guarantees the invariants of [`Page`]; debug builds check them against [`Page::build`].
+    /// here, and returned with the page. The caller guarantees the invariants of [`Page`]; debug builds check them
+    /// against [`Page::build`].
     pub fn from_parts(
         id: PageId,
         version: Version,
         cells: Vec<(SlotNo, Cell)>,
         branches: Vec<(u8, Hash)>,
-    ) -> Page {
+    ) -> (Page, Hash) {
         let mut page = Page {
             id,
             version,
             head: None,
-            hash: EMPTY,
+            occupied: occupancy(&cells),
             cells: cells.into_boxed_slice(),
-            branches: branches.into_boxed_slice(),
+            hashes: Box::default(),
         };
-        page.hash = match page.root() {
-            Root::Empty => EMPTY,
-            Root::Leaf(l) => l.hash(),
-            Root::Branch => fold(&page.child_hashes()),
-        };
+        let hash = page.seal_hash(branches);
         debug_assert_eq!(
             Page::build(id, version, None, page.cells.to_vec()).as_ref(),
             Ok(&page),
             "an update built an inconsistent page"
         );
-        page
+        (page, hash)
     }
 
     /// This page at `version` with the given children replaced: `(c, leaf, grandchild slots, branch hash)` each,
     /// in child order, rewritten in place (the slots of the other children are not copied). The result must stay
     /// a branch page (the caller checked that it does not collapse). The head is cleared: the store sets it.
+    /// Returns the page and its hash.
     pub fn with_children<'a>(
         mut self,
         version: Version,
         children: impl Iterator<Item = (u8, Option<Leaf>, &'a [(SlotNo, Cell)], Option<Hash>)>,
-    ) -> Page {
+    ) -> (Page, Hash) {
         // Back to vectors for the edits (no copy), and boxed again at the end (a copy only if the length changed).
         let mut cells = std::mem::take(&mut self.cells).into_vec();
-        let mut branches = std::mem::take(&mut self.branches).into_vec();
+        let mut branches = std::mem::take(&mut self.hashes).into_vec();
+        if branches.last().is_some_and(|(c, _)| *c == ROOT_HASH) {
+            branches.pop(); // the page hash, computed again below
+        }
         for (c, leaf, grand, hash) in children {
             let slot = child_slot(c);
             match (cells.binary_search_by_key(&slot, |(s, _)| *s), leaf) {
@@ -268,30 +287,92 @@ impl Page {
                 (Err(_), None) => {}
             }
         }
+        self.occupied = occupancy(&cells);
         self.cells = cells.into_boxed_slice();
-        self.branches = branches.into_boxed_slice();
         self.version = version;
         self.head = None;
-        self.hash = fold(&self.child_hashes());
+        let hash = self.seal_hash(branches);
         debug_assert_eq!(
-            Page::build(self.id, version, None, self.cells.to_vec()).map(|p| (p.hash, p.branches)),
-            Ok((self.hash, self.branches.clone())),
+            Page::build(self.id, version, None, self.cells.to_vec())
+                .map(|p| (p.occupied, p.hashes)),
+            Ok((self.occupied, self.hashes.clone())),
             "an update rewrote a page inconsistently"
         );
-        self
+        (self, hash)
+    }
+
+    /// Sets `hashes` to the branch hashes `branches` (sorted by child) followed by the page hash, computed here
+    /// from the root node, when there is any branch hash (a page without one stores no hash). One allocation.
+    fn seal_hash(&mut self, mut branches: Vec<(u8, Hash)>) -> Hash {
+        let hash = self.root_hash(&branches);
+        if !branches.is_empty() {
+            branches.reserve_exact(1);
+            branches.push((ROOT_HASH, hash));
+        }
+        self.hashes = branches.into_boxed_slice();
+        hash
+    }
+
+    /// The page hash, with the branch hashes `branches`.
+    fn root_hash(&self, branches: &[(u8, Hash)]) -> Hash {
+        match self.root() {
+            Root::Empty => EMPTY,
+            Root::Leaf(l) => l.hash(),
+            Root::Branch => fold(&std::array::from_fn(|c| {
+                let c = c as u8;
+                match self.cell(child_slot(c)) {
+                    Some(Cell::Leaf(l)) => l.hash(),
+                    _ => match branches.binary_search_by_key(&c, |(b, _)| *b) {
+                        Ok(i) => branches[i].1,
+                        Err(_) => EMPTY,
+                    },
+                }
+            })),
+        }
+    }
+
+    /// The branch hashes, without the page hash that ends `hashes`.
+    fn branches(&self) -> &[(u8, Hash)] {
+        match self.hashes.split_last() {
+            Some(((ROOT_HASH, _), rest)) => rest,
+            _ => &self.hashes,
+        }
     }
 
     /// The hash of inline child branch `c`, if child `c` is a branch.
     pub fn branch_hash(&self, c: u8) -> Option<Hash> {
-        self.branches
-            .binary_search_by_key(&c, |(b, _)| *b)
-            .ok()
-            .map(|i| self.branches[i].1)
+        let b = self.branches();
+        b.binary_search_by_key(&c, |(b, _)| *b).ok().map(|i| b[i].1)
     }
 
-    /// The hash of the page's root node (`EMPTY` for an empty root page).
+    /// The hash of the page's root node (`EMPTY` for an empty root page). Stored when the page has inline
+    /// branches; otherwise computed from its at most 16 leaves (commits take the hash [`Page::from_parts`] and
+    /// [`Page::with_children`] return instead).
     pub fn hash(&self) -> Hash {
-        self.hash
+        match self.hashes.last() {
+            Some((ROOT_HASH, h)) => *h,
+            _ => self.root_hash(self.branches()),
+        }
+    }
+
+    /// Where `slot` is in `cells` (`Err`: where it would go), like a binary search, from `occupied` alone.
+    fn position(&self, slot: SlotNo) -> Result<usize, usize> {
+        let Some(&word) = self.occupied.get(usize::from(slot / 32)) else {
+            return Err(self.cells.len());
+        };
+        let w = usize::from(slot / 32);
+        let bit = slot % 32;
+        let below: u32 = self.occupied[..w]
+            .iter()
+            .map(|x| x.count_ones())
+            .sum::<u32>()
+            + (word & ((1u32 << bit) - 1)).count_ones();
+        let i = below as usize;
+        if word >> bit & 1 == 1 {
+            Ok(i)
+        } else {
+            Err(i)
+        }
     }
 
     /// The slots, sorted.
@@ -301,7 +382,7 @@ impl Page {
 
     /// The content of `slot`.
     pub fn cell(&self, slot: SlotNo) -> Option<&Cell> {
-        find_slot(&self.cells, slot).ok().map(|i| &self.cells[i].1)
+        self.position(slot).ok().map(|i| &self.cells[i].1)
     }
 
     /// The page's root node.
@@ -318,9 +399,9 @@ impl Page {
         if let Some(Cell::Leaf(l)) = self.cell(child_slot(c)) {
             return Child::Leaf(l);
         }
-        match self.branches.binary_search_by_key(&c, |(b, _)| *b) {
-            Ok(i) => Child::Branch(self.branches[i].1),
-            Err(_) => Child::Empty,
+        match self.branch_hash(c) {
+            Some(h) => Child::Branch(h),
+            None => Child::Empty,
         }
     }
 
@@ -331,7 +412,10 @@ impl Page {
 
     /// The grandchild slots of child `c` (empty unless the child is a branch), sorted.
     pub fn grandchildren(&self, c: u8) -> &[(SlotNo, Cell)] {
-        grand_range(&self.cells, c)
+        let lo = grand_slot(c, 0);
+        let (Ok(a) | Err(a)) = self.position(lo);
+        let (Ok(b) | Err(b)) = self.position(lo + 16);
+        &self.cells[a..b]
     }
 
     /// The cache weight of the page: its memory footprint, with what holding it in a cache costs besides (the
@@ -342,7 +426,7 @@ impl Page {
         let bytes = std::mem::size_of::<Page>()
             + CACHED_PAGE_OVERHEAD
             + self.cells.len() * std::mem::size_of::<(SlotNo, Cell)>()
-            + self.branches.len() * std::mem::size_of::<(u8, Hash)>();
+            + self.hashes.len() * std::mem::size_of::<(u8, Hash)>();
         u32::try_from(bytes).unwrap_or(u32::MAX)
     }
 
@@ -364,48 +448,6 @@ impl Page {
                 .chain(self.grandchildren(c).iter())
         })
     }
-}
-
-/// Where `slot` is in the sorted slot list `cells` (`Err`: where it would go), like `binary_search`. Key paths are
-/// hashes, so a page's slots are spread evenly over their range: the first probe is interpolated, then a few
-/// neighbours are read in memory order (one or two cache lines instead of a binary search's eight over 104-byte
-/// entries: the page lookups of a warm get were a fifth of its time); an uneven page falls back to a binary search.
-fn find_slot(cells: &[(SlotNo, Cell)], slot: SlotNo) -> Result<usize, usize> {
-    let (Some(first), Some(last)) = (cells.first(), cells.last()) else {
-        return Err(0);
-    };
-    if slot <= first.0 {
-        return if slot == first.0 { Ok(0) } else { Err(0) };
-    }
-    if slot >= last.0 {
-        return if slot == last.0 {
-            Ok(cells.len() - 1)
-        } else {
-            Err(cells.len())
-        };
-    }
-    let span = usize::from(last.0 - first.0);
-    let mut i = usize::from(slot - first.0) * (cells.len() - 1) / span;
-    for _ in 0..4 {
-        match cells[i].0.cmp(&slot) {
-            std::cmp::Ordering::Equal => return Ok(i),
-            // first.0 < slot < last.0, so i stays inside the list while stepping towards `slot`.
-            std::cmp::Ordering::Less if cells[i + 1].0 > slot => return Err(i + 1),
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater if cells[i - 1].0 < slot => return Err(i),
-            std::cmp::Ordering::Greater => i -= 1,
-        }
-    }
-    cells.binary_search_by_key(&slot, |(s, _)| *s)
-}
-
-/// The grandchild slots of child `c` in a sorted slot list.
-pub fn grand_range(cells: &[(SlotNo, Cell)], c: u8) -> &[(SlotNo, Cell)] {
-    let lo = grand_slot(c, 0);
-    let hi = lo + 16;
-    let a = cells.partition_point(|(s, _)| *s < lo);
-    let b = cells.partition_point(|(s, _)| *s < hi);
-    &cells[a..b]
 }
 
 /// The 16 hashes below one child, from its grandchild slots.
@@ -432,36 +474,24 @@ impl Page {
     /// few slots as it can (the child-leaf slots are the first at most 16 entries; a child that is neither a leaf
     /// nor a branch simply has no grandchild slot).
     pub fn lookup(&self, path: &KeyPath) -> Lookup<'_> {
-        let is = |l: &'_ Leaf| l.path == *path;
-        let cells = &self.cells[..];
-        match cells.first() {
-            None => return Lookup::Absent,
-            Some((0, Cell::Leaf(l))) => {
-                return if is(l) {
-                    Lookup::Leaf(l)
-                } else {
-                    Lookup::Absent
-                }
-            }
-            Some(_) => {}
+        let leaf = |i: usize| match &self.cells[i].1 {
+            Cell::Leaf(l) if l.path == *path => Lookup::Leaf(l),
+            _ => Lookup::Absent,
+        };
+        if self.occupied[0] & 1 == 1 {
+            // Slot 0: the root page holding one key.
+            return leaf(0);
         }
         let d = usize::from(self.id.depth);
         let c = path.nibble(d);
-        let leaves = cells[..cells.len().min(16)].partition_point(|(s, _)| *s <= 16);
-        let (child_leaves, grand) = cells.split_at(leaves);
-        if let Ok(i) = child_leaves.binary_search_by_key(&child_slot(c), |(s, _)| *s) {
-            return match &child_leaves[i].1 {
-                Cell::Leaf(l) if is(l) => Lookup::Leaf(l),
-                _ => Lookup::Absent,
-            };
+        if let Ok(i) = self.position(child_slot(c)) {
+            return leaf(i);
         }
-        let slot = grand_slot(c, path.nibble(d + 1));
-        match find_slot(grand, slot) {
+        match self.position(grand_slot(c, path.nibble(d + 1))) {
             Err(_) => Lookup::Absent,
-            Ok(i) => match &grand[i].1 {
-                Cell::Leaf(l) if is(l) => Lookup::Leaf(l),
-                Cell::Leaf(_) => Lookup::Absent,
+            Ok(i) => match &self.cells[i].1 {
                 Cell::Page { version, .. } => Lookup::Page(*version),
+                Cell::Leaf(_) => leaf(i),
             },
         }
     }
@@ -891,6 +921,8 @@ mod tests {
     #[test]
     fn a_cached_page_fits_a_160_byte_block() {
         assert!(2 * std::mem::size_of::<usize>() + std::mem::size_of::<Page>() <= 160);
+        // The slot bitmap took the place of the page hash: a page costs no more memory than before it.
+        assert!(std::mem::size_of::<Page>() <= 136);
     }
 
     fn leaf(b: u8) -> Cell {
@@ -907,7 +939,7 @@ mod tests {
     }
 
     #[test]
-    fn page_find_slot_agrees_with_binary_search() {
+    fn page_position_agrees_with_binary_search() {
         let mut seed = 7u64;
         let mut next = move || {
             seed ^= seed << 13;
@@ -923,13 +955,31 @@ mod tests {
                     cells.push((s, leaf(1)));
                 }
             }
+            let page = Page {
+                id: PageId::ROOT,
+                version: 0,
+                head: None,
+                occupied: occupancy(&cells),
+                cells: cells.clone().into_boxed_slice(),
+                hashes: Box::default(),
+            };
             for slot in 0..=MAX_SLOT + 1 {
                 assert_eq!(
-                    find_slot(&cells, slot),
+                    page.position(slot),
                     cells.binary_search_by_key(&slot, |(s, _)| *s),
                     "slot {slot} in {:?}",
                     cells.iter().map(|(s, _)| *s).collect::<Vec<_>>()
                 );
+            }
+            for c in 0..16u8 {
+                let lo = grand_slot(c, 0);
+                let want: Vec<SlotNo> = cells
+                    .iter()
+                    .map(|(s, _)| *s)
+                    .filter(|s| (lo..lo + 16).contains(s))
+                    .collect();
+                let got: Vec<SlotNo> = page.grandchildren(c).iter().map(|(s, _)| *s).collect();
+                assert_eq!(got, want, "grandchildren of {c}");
             }
         }
     }
