@@ -11,10 +11,10 @@
 //! ## In memory
 //! A [`Page`] is its slot list (88-byte leaves, 40-byte page references), a bitmap of the slots it holds (so that
 //! finding a slot reads no other slot) and the hashes of its inline branches (at most 16 children and the root),
-//! computed once when the page is built or loaded. It is close to its encoded
-//! size: at tens of millions of keys the decoded pages are the engine's memory, and node trees with a pointer per
-//! child took about four times more. Pages are immutable once built and shared (`Arc`) between the cache, the
-//! commit that replaces them and any reader.
+//! computed once when the page is built or loaded. It is close to its encoded size: at tens of millions of keys
+//! the decoded pages are the engine's memory, and node trees with a pointer per child took about four times more.
+//! Pages are immutable once built and shared (`Arc`) between the cache, the commit that replaces them and any
+//! reader.
 //!
 //! ## Format (inside an LSVPS page record, which carries its own checksum)
 //! ```text
@@ -90,10 +90,10 @@ pub struct Page {
     /// The newest stored record of this page at `version`, if the page was loaded from or written to storage.
     pub head: Option<Head>,
     // Which slots are in `cells`: a slot's position there is the number of set bits below it, so that a lookup
-    // reads this header and the one cell it needs. 32-bit words: nine of them (288 bits for 273 slots) keep the
-    // page at 136 bytes, where five 64-bit words would take it to 144. A search of the sorted slots cost three or four cache misses
-    // a page (the entries are 104 bytes apart), and at 10M keys a warm get's four pages lie in 2 GB of memory:
-    // the page lookups were 39% of a get's time, the interpolated search alone 15%.
+    // reads this header and the one cell it needs. A search of the sorted slots cost three or four cache misses a
+    // page (the entries are 104 bytes apart), and at 10M keys a warm get's four pages lie in 2 GB of memory: the
+    // page lookups were 39% of a get's time. Nine 32-bit words (288 bits for 273 slots) keep the page at 136
+    // bytes, where five 64-bit words would take it to 144.
     occupied: [u32; 9],
     // Boxed slices, not vectors: no capacity word, and no spare capacity. At 10M keys there are 2.1M cached pages,
     // most of them holding two or three leaves, and the 16 bytes took the `Arc<Page>` allocation across a size
