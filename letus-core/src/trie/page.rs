@@ -318,17 +318,22 @@ impl Page {
         match self.root() {
             Root::Empty => EMPTY,
             Root::Leaf(l) => l.hash(),
-            Root::Branch => fold(&std::array::from_fn(|c| {
-                let c = c as u8;
-                match self.cell(child_slot(c)) {
-                    Some(Cell::Leaf(l)) => l.hash(),
-                    _ => match branches.binary_search_by_key(&c, |(b, _)| *b) {
-                        Ok(i) => branches[i].1,
-                        Err(_) => EMPTY,
-                    },
-                }
-            })),
+            Root::Branch => fold(&self.child_hashes_with(branches)),
         }
+    }
+
+    /// The hashes of the 16 children of the root branch, with the branch hashes `branches` (sorted by child).
+    fn child_hashes_with(&self, branches: &[(u8, Hash)]) -> [Hash; 16] {
+        std::array::from_fn(|c| {
+            let c = c as u8;
+            match self.cell(child_slot(c)) {
+                Some(Cell::Leaf(l)) => l.hash(),
+                _ => match branches.binary_search_by_key(&c, |(b, _)| *b) {
+                    Ok(i) => branches[i].1,
+                    Err(_) => EMPTY,
+                },
+            }
+        })
     }
 
     /// The branch hashes, without the page hash that ends `hashes`.
@@ -357,10 +362,10 @@ impl Page {
 
     /// Where `slot` is in `cells` (`Err`: where it would go), like a binary search, from `occupied` alone.
     fn position(&self, slot: SlotNo) -> Result<usize, usize> {
-        let Some(&word) = self.occupied.get(usize::from(slot / 32)) else {
+        let w = usize::from(slot / 32);
+        let Some(&word) = self.occupied.get(w) else {
             return Err(self.cells.len());
         };
-        let w = usize::from(slot / 32);
         let bit = slot % 32;
         let below: u32 = self.occupied[..w]
             .iter()
@@ -407,7 +412,7 @@ impl Page {
 
     /// The hashes of the 16 children of the root branch.
     pub fn child_hashes(&self) -> [Hash; 16] {
-        std::array::from_fn(|c| self.child(c as u8).hash())
+        self.child_hashes_with(self.branches())
     }
 
     /// The grandchild slots of child `c` (empty unless the child is a branch), sorted.
@@ -434,14 +439,8 @@ impl Page {
     /// the order of the paths below them.
     pub fn cells_in_path_order(&self) -> impl Iterator<Item = &(SlotNo, Cell)> + '_ {
         (0..16u8).flat_map(move |c| {
-            let leaf = self
-                .cells
-                .binary_search_by_key(&child_slot(c), |(s, _)| *s)
-                .ok()
-                .map(|i| &self.cells[i]);
-            let root_leaf = (c == 0)
-                .then(|| self.cells.first().filter(|(s, _)| *s == 0))
-                .flatten();
+            let leaf = self.position(child_slot(c)).ok().map(|i| &self.cells[i]);
+            let root_leaf = (c == 0 && self.occupied[0] & 1 == 1).then(|| &self.cells[0]);
             root_leaf
                 .into_iter()
                 .chain(leaf)
@@ -470,9 +469,9 @@ pub enum Lookup<'a> {
 }
 
 impl Page {
-    /// Where `path` leads inside this page: the read path of every get, proof and update, so it looks at as
-    /// few slots as it can (the child-leaf slots are the first at most 16 entries; a child that is neither a leaf
-    /// nor a branch simply has no grandchild slot).
+    /// Where `path` leads inside this page: the read path of every get, proof and update, so it reads no slot but
+    /// the one it returns (positions come from the slot bitmap; a child that is neither a leaf nor a branch simply
+    /// has no grandchild slot).
     pub fn lookup(&self, path: &KeyPath) -> Lookup<'_> {
         let leaf = |i: usize| match &self.cells[i].1 {
             Cell::Leaf(l) if l.path == *path => Lookup::Leaf(l),
