@@ -19,22 +19,22 @@ static LIVE_HEAP: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::n
 unsafe impl std::alloc::GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
         LIVE_HEAP.fetch_add(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
-        unsafe { mimalloc::MiMalloc.alloc(l) }
+        unsafe { letus_alloc::MiMalloc.alloc(l) }
     }
     unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
         LIVE_HEAP.fetch_add(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
-        unsafe { mimalloc::MiMalloc.alloc_zeroed(l) }
+        unsafe { letus_alloc::MiMalloc.alloc_zeroed(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
         LIVE_HEAP.fetch_sub(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
-        unsafe { mimalloc::MiMalloc.dealloc(p, l) }
+        unsafe { letus_alloc::MiMalloc.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
         LIVE_HEAP.fetch_add(
             new as i64 - l.size() as i64,
             std::sync::atomic::Ordering::Relaxed,
         );
-        unsafe { mimalloc::MiMalloc.realloc(p, l, new) }
+        unsafe { letus_alloc::MiMalloc.realloc(p, l, new) }
     }
 }
 
@@ -135,24 +135,8 @@ struct Args {
     bench: bool,
 }
 
-/// Makes mimalloc return freed memory to the OS after 1 ms instead of its default 10 ms (100 ms for its arenas).
-/// The page cache evicts and replaces pages continuously, and at 10M keys the freed memory waiting to be purged
-/// was 220 MiB of RSS above the live heap (10M engine bench: peak 2,572 MiB by default, 2,349 with no delay,
-/// 2,297 with 1 ms after the boxed-slice change, against 2,286 with none). No delay at all cost warm gets at 1M
-/// keys 13-26% (each get's buffers were returned and faulted in again: 222k-263k gets/s against 301k); 1 ms costs
-/// 6% (285k). `mi_option_purge_delay` is 15 in mimalloc v3's `mi_option_e` (libmimalloc-sys declares no constant
-/// for it). An explicit `MIMALLOC_PURGE_DELAY` in the environment wins (to compare settings).
-fn purge_freed_memory_soon() {
-    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
-        return;
-    }
-    // SAFETY: sets an allocator option; mimalloc allows this at any time from any thread.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 1) };
-}
-
 fn main() {
-    purge_freed_memory_soon();
+    letus_alloc::purge_freed_memory_soon();
     let a = <Args as clap::Parser>::parse();
     let (keys, versions, updates, gets) = (a.keys, a.versions, a.updates, a.gets);
     let mut opts = Options::default();
