@@ -631,7 +631,7 @@ fn markdown(args: &Args, results: &[Result1], failures: &BTreeMap<String, String
 }
 
 fn main() -> Result<()> {
-    letus_alloc::purge_freed_memory_soon();
+    letus_alloc::init();
     let args = Args::parse();
     std::fs::create_dir_all(&args.out)?;
     let mut results = Vec::new();

@@ -136,7 +136,7 @@ struct Args {
 }
 
 fn main() {
-    letus_alloc::purge_freed_memory_soon();
+    letus_alloc::init();
     let a = <Args as clap::Parser>::parse();
     let (keys, versions, updates, gets) = (a.keys, a.versions, a.updates, a.gets);
     let mut opts = Options::default();

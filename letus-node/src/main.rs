@@ -52,7 +52,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    letus_alloc::purge_freed_memory_soon();
+    letus_alloc::init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(a) => serve::run(*a),
