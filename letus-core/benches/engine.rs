@@ -14,15 +14,22 @@ use std::time::Instant;
 struct Counting;
 
 static LIVE_HEAP: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+/// The most `LIVE_HEAP` has been: the transient peak inside a commit, which the RSS peak is to be compared with.
+static PEAK_HEAP: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+fn grew(bytes: i64) {
+    let now = LIVE_HEAP.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed) + bytes;
+    PEAK_HEAP.fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+}
 
 // SAFETY: every call is forwarded unchanged to mimalloc; the counter only observes the sizes.
 unsafe impl std::alloc::GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
-        LIVE_HEAP.fetch_add(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        grew(l.size() as i64);
         unsafe { letus_alloc::MiMalloc.alloc(l) }
     }
     unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
-        LIVE_HEAP.fetch_add(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        grew(l.size() as i64);
         unsafe { letus_alloc::MiMalloc.alloc_zeroed(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
@@ -30,10 +37,7 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
         unsafe { letus_alloc::MiMalloc.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
-        LIVE_HEAP.fetch_add(
-            new as i64 - l.size() as i64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        grew(new as i64 - l.size() as i64);
         unsafe { letus_alloc::MiMalloc.realloc(p, l, new) }
     }
 }
@@ -44,6 +48,11 @@ static GLOBAL: Counting = Counting;
 /// Bytes allocated and not yet freed (as requested, before the allocator's rounding).
 fn live_heap() -> u64 {
     LIVE_HEAP.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64
+}
+
+/// The most [`live_heap`] has been so far.
+fn peak_heap() -> u64 {
+    PEAK_HEAP.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64
 }
 
 use letus_core::{Options, Store};
@@ -178,13 +187,14 @@ fn main() {
             let (now, peak) = rss();
             let m = store.memory();
             println!(
-                "  loaded {:>11} keys: {:>7.0} keys/s over the last {} keys, RSS {} MiB (peak {} MiB; heap {} MiB; page cache {} MiB in {} pages), disk {:.0} bytes per key",
+                "  loaded {:>11} keys: {:>7.0} keys/s over the last {} keys, RSS {} MiB (peak {} MiB; heap {} MiB, peak {} MiB; page cache {} MiB in {} pages), disk {:.0} bytes per key",
                 i,
                 (i - interval.1) as f64 / interval.0.elapsed().as_secs_f64(),
                 i - interval.1,
                 now >> 20,
                 peak >> 20,
                 live_heap() >> 20,
+                peak_heap() >> 20,
                 m.page_cache_bytes >> 20,
                 m.page_cache_pages,
                 store.disk_bytes() as f64 / i as f64
@@ -248,7 +258,7 @@ fn main() {
     );
     let (now, peak) = rss();
     println!(
-        "RSS after the updates: {} MiB (peak {} MiB; {}), heap {} MiB, {:?}",
+        "RSS after the updates: {} MiB (peak {} MiB; {}), heap {} MiB (peak {} MiB), {:?}",
         now >> 20,
         peak >> 20,
         std::fs::read_to_string("/proc/self/status")
@@ -259,6 +269,7 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", "),
         live_heap() >> 20,
+        peak_heap() >> 20,
         store.memory()
     );
 
