@@ -1,5 +1,5 @@
-//! The allocator of every letus process — the node (`letus`), the engine bench and `bench/` — so that the node
-//! runs with what its figures in docs/BENCHMARKS.md were measured with.
+//! The allocator of every letus process — the node (`letus`), the engine bench, the prune and tier benches and
+//! `bench/` — so that the node runs with what its figures in docs/BENCHMARKS.md were measured with.
 //!
 //! mimalloc: with glibc malloc (`MALLOC_ARENA_MAX=2`) the 3M-key engine bench committed 75k updates/s against
 //! 94k, loaded a third slower, and kept the peak of every commit's transient allocations as RSS.

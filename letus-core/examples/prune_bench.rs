@@ -25,7 +25,7 @@ use letus_core::{Options, Store};
 use letus_workload::Rng;
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: letus_alloc::MiMalloc = letus_alloc::MiMalloc;
 
 #[derive(Parser)]
 struct Args {
@@ -346,6 +346,7 @@ fn part_history(a: &Args, root: &Path) {
 }
 
 fn main() {
+    letus_alloc::init();
     let a = Args::parse();
     let tmp = tempfile::tempdir_in(a.dir.clone().unwrap_or_else(std::env::temp_dir)).unwrap();
     if !a.no_windows {

@@ -28,7 +28,7 @@ use letus_core::{Options, Store};
 use letus_workload::Rng;
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: letus_alloc::MiMalloc = letus_alloc::MiMalloc;
 
 #[derive(Parser)]
 struct Args {
@@ -123,6 +123,7 @@ impl ColdStore for Logged {
 }
 
 fn main() {
+    letus_alloc::init();
     let a = Args::parse();
     let tmp = tempfile::tempdir_in(a.dir.clone().unwrap_or_else(std::env::temp_dir)).unwrap();
     let s3 = s3_server::S3Server::start();
