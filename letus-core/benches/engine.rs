@@ -19,7 +19,10 @@ static PEAK_HEAP: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::n
 
 fn grew(bytes: i64) {
     let now = LIVE_HEAP.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed) + bytes;
-    PEAK_HEAP.fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+    // A plain load first: `fetch_max` is a compare-and-swap loop on x86, and most allocations set no new peak.
+    if now > PEAK_HEAP.load(std::sync::atomic::Ordering::Relaxed) {
+        PEAK_HEAP.fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 // SAFETY: every call is forwarded unchanged to mimalloc; the counter only observes the sizes.
