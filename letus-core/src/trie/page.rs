@@ -40,6 +40,7 @@
 //! that BasePage, or, where that BasePage is gone (pruned), follow `prev` as for any DeltaPage.
 
 use letus_verify::fold::fold;
+use letus_verify::hash::inner;
 use letus_verify::{Hash, KeyPath, Version, EMPTY};
 
 pub use super::node::{Cell, Leaf};
@@ -80,7 +81,9 @@ const PAGE_LEN: usize = 32 + 8;
 /// duplicates and has the page shape (slot 0 only alone and only in the root page; a child is a leaf or has
 /// grandchildren, never both; a non-root page is a branch); `occupied` has bit `s` set exactly for the slots `s`
 /// in `cells`; `hashes` holds `fold` of the grandchild hashes of exactly the children that have grandchildren,
-/// sorted by child, then, if there was any, `(ROOT_HASH, the hash of the page's root node)`.
+/// sorted by child, then, when there are at least [`FOLD_NODES_MIN_BRANCHES`] of them, the root fold's 14 inner
+/// nodes ([`fold_nodes`], keys `FOLD_NODE..FOLD_NODE + 14`), then, if there was any branch, `(ROOT_HASH, the hash
+/// of the page's root node)`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Page {
     /// Which page.
@@ -107,6 +110,43 @@ pub struct Page {
 
 /// The key of the page hash's entry in [`Page`]'s `hashes`, after the 16 children's.
 const ROOT_HASH: u8 = 16;
+
+/// The key of the first of the root fold's 14 inner nodes in [`Page`]'s `hashes` (`FOLD_NODE + i` for node `i`
+/// of [`fold_nodes`]).
+const FOLD_NODE: u8 = 17;
+
+/// A page with at least this many inline branches keeps its root fold's inner nodes ([`fold_nodes`]), so that an
+/// update of one child rehashes the four nodes above it rather than all fifteen. Such pages are the few, large,
+/// upper ones (at 10M keys the 65,536 depth-4 pages, each with all 16 children branches: 462 bytes each, 30 MB),
+/// and they are the ones every commit rewrites: their root fold was 30 of the ~75 BLAKE3 compressions of a
+/// depth-4 page update late in a 10M-key load. The many small pages below them have no inline branch.
+const FOLD_NODES_MIN_BRANCHES: usize = 8;
+
+/// The inner nodes of `fold(children)` below its root, level by level: nodes `0..8` hash children `(2i, 2i+1)`,
+/// nodes `8..12` nodes `(2j, 2j+1)`, nodes `12..14` nodes `(8 + 2k, 9 + 2k)`; the fold is
+/// `inner(node 12, node 13)` (SPEC.md §3.3, the same tree as [`fold`]).
+fn fold_nodes(children: &[Hash; 16]) -> [Hash; 14] {
+    let mut n = [EMPTY; 14];
+    for i in 0..8 {
+        n[i] = inner(&children[2 * i], &children[2 * i + 1]);
+    }
+    fold_upper_nodes(&mut n, 0xffff);
+    n
+}
+
+/// Recomputes the nodes above level one of `n` whose range of children meets `changed` (bit `c` for child `c`).
+fn fold_upper_nodes(n: &mut [Hash; 14], changed: u16) {
+    for j in 0..4 {
+        if changed >> (4 * j) & 0xf != 0 {
+            n[8 + j] = inner(&n[2 * j], &n[2 * j + 1]);
+        }
+    }
+    for k in 0..2 {
+        if changed >> (8 * k) & 0xff != 0 {
+            n[12 + k] = inner(&n[8 + 2 * k], &n[9 + 2 * k]);
+        }
+    }
+}
 
 /// Bit `s` set for every slot `s` of `cells` (sorted, each at most [`MAX_SLOT`]).
 fn occupancy(cells: &[(SlotNo, Cell)]) -> [u32; 9] {
@@ -206,7 +246,7 @@ impl Page {
                 (_, true) => {}
             }
         }
-        page.seal_hash(branches);
+        page.seal_hash(branches, None);
         Ok(page)
     }
 
@@ -228,7 +268,7 @@ impl Page {
             cells: cells.into_boxed_slice(),
             hashes: Box::default(),
         };
-        let hash = page.seal_hash(branches);
+        let hash = page.seal_hash(branches, None);
         debug_assert_eq!(
             Page::build(id, version, None, page.cells.to_vec()).as_ref(),
             Ok(&page),
@@ -248,11 +288,13 @@ impl Page {
     ) -> (Page, Hash) {
         // Back to vectors for the edits (no copy), and boxed again at the end (a copy only if the length changed).
         let mut cells = std::mem::take(&mut self.cells).into_vec();
+        let nodes = self.fold_nodes_held();
         let mut branches = std::mem::take(&mut self.hashes).into_vec();
-        if branches.last().is_some_and(|(c, _)| *c == ROOT_HASH) {
-            branches.pop(); // the page hash, computed again below
-        }
+        // The fold nodes and the page hash are computed again below.
+        branches.truncate(branches.partition_point(|(c, _)| *c < ROOT_HASH));
+        let mut changed = 0u16;
         for (c, leaf, grand, hash) in children {
+            changed |= 1 << c;
             let slot = child_slot(c);
             match (cells.binary_search_by_key(&slot, |(s, _)| *s), leaf) {
                 (Ok(i), Some(l)) => cells[i].1 = Cell::Leaf(l),
@@ -291,7 +333,7 @@ impl Page {
         self.cells = cells.into_boxed_slice();
         self.version = version;
         self.head = None;
-        let hash = self.seal_hash(branches);
+        let hash = self.seal_hash(branches, nodes.map(|n| (n, changed)));
         debug_assert_eq!(
             Page::build(self.id, version, None, self.cells.to_vec())
                 .map(|p| (p.occupied, p.hashes)),
@@ -301,16 +343,59 @@ impl Page {
         (self, hash)
     }
 
-    /// Sets `hashes` to the branch hashes `branches` (sorted by child) followed by the page hash, computed here
-    /// from the root node, when there is any branch hash (a page without one stores no hash). One allocation.
-    fn seal_hash(&mut self, mut branches: Vec<(u8, Hash)>) -> Hash {
-        let hash = self.root_hash(&branches);
-        if !branches.is_empty() {
-            branches.reserve_exact(1);
-            branches.push((ROOT_HASH, hash));
+    /// Sets `hashes` to the branch hashes `branches` (sorted by child), then the root fold's inner nodes when the
+    /// page has [`FOLD_NODES_MIN_BRANCHES`] branches, then the page hash, computed here from the root node, when
+    /// there is any branch hash (a page without one stores no hash). One allocation. `prior`: the fold nodes of
+    /// this page before an update, with the children it changed (bit `c` for child `c`); only the nodes above
+    /// those are hashed again.
+    fn seal_hash(
+        &mut self,
+        mut branches: Vec<(u8, Hash)>,
+        prior: Option<([Hash; 14], u16)>,
+    ) -> Hash {
+        // A page with a branch is a branch page (slot 0 is only ever a lone leaf).
+        if branches.len() < FOLD_NODES_MIN_BRANCHES {
+            let hash = self.root_hash(&branches);
+            if !branches.is_empty() {
+                branches.reserve_exact(1);
+                branches.push((ROOT_HASH, hash));
+            }
+            self.hashes = branches.into_boxed_slice();
+            return hash;
         }
+        let nodes = match prior {
+            Some((mut n, changed)) => {
+                let child = |c: usize| self.child_hash_with(c as u8, &branches);
+                for (i, node) in n[..8].iter_mut().enumerate() {
+                    if changed >> (2 * i) & 3 != 0 {
+                        *node = inner(&child(2 * i), &child(2 * i + 1));
+                    }
+                }
+                fold_upper_nodes(&mut n, changed);
+                n
+            }
+            None => fold_nodes(&self.child_hashes_with(&branches)),
+        };
+        let hash = inner(&nodes[12], &nodes[13]);
+        branches.reserve_exact(nodes.len() + 1);
+        branches.extend((FOLD_NODE..).zip(nodes));
+        branches.push((ROOT_HASH, hash));
         self.hashes = branches.into_boxed_slice();
         hash
+    }
+
+    /// The root fold's inner nodes, when the page keeps them.
+    fn fold_nodes_held(&self) -> Option<[Hash; 14]> {
+        let nb = self.branches().len();
+        let held = self.hashes.get(nb..self.hashes.len().saturating_sub(1))?;
+        let mut n = [EMPTY; 14];
+        if held.len() != n.len() {
+            return None;
+        }
+        for (slot, (_, h)) in n.iter_mut().zip(held) {
+            *slot = *h;
+        }
+        Some(n)
     }
 
     /// The page hash, with the branch hashes `branches`.
@@ -324,24 +409,24 @@ impl Page {
 
     /// The hashes of the 16 children of the root branch, with the branch hashes `branches` (sorted by child).
     fn child_hashes_with(&self, branches: &[(u8, Hash)]) -> [Hash; 16] {
-        std::array::from_fn(|c| {
-            let c = c as u8;
-            match self.cell(child_slot(c)) {
-                Some(Cell::Leaf(l)) => l.hash(),
-                _ => match branches.binary_search_by_key(&c, |(b, _)| *b) {
-                    Ok(i) => branches[i].1,
-                    Err(_) => EMPTY,
-                },
-            }
-        })
+        std::array::from_fn(|c| self.child_hash_with(c as u8, branches))
     }
 
-    /// The branch hashes, without the page hash that ends `hashes`.
-    fn branches(&self) -> &[(u8, Hash)] {
-        match self.hashes.split_last() {
-            Some(((ROOT_HASH, _), rest)) => rest,
-            _ => &self.hashes,
+    /// The hash of child `c` of the root branch, with the branch hashes `branches` (sorted by child).
+    fn child_hash_with(&self, c: u8, branches: &[(u8, Hash)]) -> Hash {
+        match self.cell(child_slot(c)) {
+            Some(Cell::Leaf(l)) => l.hash(),
+            _ => match branches.binary_search_by_key(&c, |(b, _)| *b) {
+                Ok(i) => branches[i].1,
+                Err(_) => EMPTY,
+            },
         }
+    }
+
+    /// The branch hashes: the entries of `hashes` before the fold nodes and the page hash.
+    fn branches(&self) -> &[(u8, Hash)] {
+        let n = self.hashes.partition_point(|(c, _)| *c < ROOT_HASH);
+        &self.hashes[..n]
     }
 
     /// The hash of inline child branch `c`, if child `c` is a branch.
@@ -1105,5 +1190,124 @@ mod tests {
         // Rebasing on a BasePage newer than the predecessor is malformed.
         let bad = encode_rebase(5, 9, (3, PageKind::Delta), 4, &e1);
         assert_eq!(Record::decode(&bad), Err("rebase version out of order"));
+    }
+
+    /// The fold nodes a page keeps agree with the fold of its children (SPEC.md §3.3), and a page rewritten by
+    /// [`Page::with_children`], which rehashes only the nodes above the children it changed, equals the same
+    /// page built from scratch, as pages move across [`FOLD_NODES_MIN_BRANCHES`] in both directions.
+    #[test]
+    fn fold_nodes_kept_through_updates_equal_a_page_built_from_scratch() {
+        let children: [Hash; 16] = std::array::from_fn(|c| {
+            if c % 5 == 3 {
+                EMPTY
+            } else {
+                Hash([c as u8 + 1; 32])
+            }
+        });
+        let n = fold_nodes(&children);
+        assert_eq!(inner(&n[12], &n[13]), fold(&children));
+
+        let mut seed = 11u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let grand_leaf = |c: u8, g: u8, salt: u8| {
+            let mut path = [salt; 32];
+            path[0] = 0x10 * c + g; // depth-0 page: nibbles 0 and 1 pick the slot
+            Cell::Leaf(Leaf::new(
+                KeyPath(path),
+                Hash([salt; 32]),
+                u64::from(salt),
+                Location {
+                    file_id: 1,
+                    offset: u64::from(salt),
+                    len: 50,
+                },
+            ))
+        };
+        let mut kept = 0;
+        for round in 0..300u32 {
+            // A random page: each child empty, a leaf, or a branch of two or more grandchildren.
+            let mut cells = Vec::new();
+            let mut grands: Vec<Vec<(SlotNo, Cell)>> = vec![Vec::new(); 16];
+            for c in 0..16u8 {
+                match next() % 4 {
+                    0 => {}
+                    1 => cells.push((child_slot(c), grand_leaf(c, 0, 1))),
+                    _ => {
+                        for g in 0..16u8 {
+                            if g < 2 || next() % 3 == 0 {
+                                grands[usize::from(c)]
+                                    .push((grand_slot(c, g), grand_leaf(c, g, 2)));
+                            }
+                        }
+                    }
+                }
+            }
+            for g in &grands {
+                cells.extend_from_slice(g);
+            }
+            cells.sort_by_key(|(s, _)| *s);
+            let Ok(mut page) = Page::build(PageId::ROOT, 1, None, cells) else {
+                continue;
+            };
+            if page.fold_nodes_held().is_some() {
+                kept += 1;
+            }
+            // A few updates of random children: new grandchildren, a leaf, or emptied, keeping a branch page.
+            for step in 0..4u8 {
+                let salt = 3 + step + (round % 100) as u8;
+                // (child, its leaf, its grandchildren, their fold), as `with_children` takes them.
+                type ChildUpdate = (u8, Option<Leaf>, Vec<(SlotNo, Cell)>, Option<Hash>);
+                let mut outs: Vec<ChildUpdate> = Vec::new();
+                for c in 0..16u8 {
+                    if next() % 4 != 0 {
+                        continue;
+                    }
+                    match next() % 3 {
+                        0 => outs.push((c, None, Vec::new(), None)),
+                        1 => {
+                            let Cell::Leaf(l) = grand_leaf(c, 0, salt) else {
+                                unreachable!()
+                            };
+                            outs.push((c, Some(l), Vec::new(), None));
+                        }
+                        _ => {
+                            let g: Vec<(SlotNo, Cell)> = (0..16u8)
+                                .filter(|g| *g < 2 || next() % 2 == 0)
+                                .map(|g| (grand_slot(c, g), grand_leaf(c, g, salt)))
+                                .collect();
+                            let h = fold(&grand_hashes(&g));
+                            outs.push((c, None, g, Some(h)));
+                        }
+                    }
+                }
+                // The page must stay a branch page with two children or more (what `with_children` is given).
+                let mut trial = page.clone();
+                let (updated, hash) = trial.clone().with_children(
+                    2 + u64::from(step),
+                    outs.iter().map(|(c, l, g, h)| (*c, *l, &g[..], *h)),
+                );
+                let Ok(built) = Page::build(
+                    PageId::ROOT,
+                    2 + u64::from(step),
+                    None,
+                    updated.cells.to_vec(),
+                ) else {
+                    continue; // collapsed: not a case `with_children` is used for
+                };
+                if built.cells.len() < 2 {
+                    continue;
+                }
+                assert_eq!(updated, built, "round {round} step {step}");
+                assert_eq!(hash, built.hash());
+                trial = updated;
+                page = trial;
+            }
+        }
+        assert!(kept > 20, "only {kept} pages kept fold nodes");
     }
 }
