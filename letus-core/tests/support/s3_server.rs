@@ -7,7 +7,13 @@
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// Port bases this test process has handed out. A base is never handed out twice, even after its server was
+/// killed: a test that kills its server to make the object store unreachable must not find another test's
+/// server answering on the same ports (tests in one binary run in parallel and share one pid).
+static CLAIMED: Mutex<Vec<u16>> = Mutex::new(Vec::new());
 
 /// The credentials the server is started with (the tests pass them through the environment, as a user would).
 pub const ACCESS_KEY: &str = "letus-test-key";
@@ -58,13 +64,25 @@ impl S3Server {
     /// Starts a server and waits until it answers S3 requests.
     pub fn start() -> S3Server {
         let mut dir = tempfile::tempdir().unwrap();
-        let seed = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let seed = (std::process::id() as u64) << 32 ^ nanos;
         let mut attempt = 0u64;
+        let mut failed_starts = 0;
         loop {
-            let base = 20_000 + ((seed.wrapping_mul(7919) + attempt * 97) % 900) as u16 * 10;
+            let base =
+                20_000 + (seed.wrapping_mul(7919).wrapping_add(attempt * 97) % 900) as u16 * 10;
             attempt += 1;
-            if !ports(base).iter().all(|&p| free(p) && free(p + 10_000)) {
-                continue;
+            {
+                // Checked and claimed under one lock, so two tests starting together cannot pick the same base.
+                let mut claimed = CLAIMED.lock().unwrap_or_else(|e| e.into_inner());
+                if claimed.contains(&base)
+                    || !ports(base).iter().all(|&p| free(p) && free(p + 10_000))
+                {
+                    continue;
+                }
+                claimed.push(base);
             }
             let mut s = S3Server {
                 child: None,
@@ -76,8 +94,9 @@ impl S3Server {
             if s.wait_ready(Duration::from_secs(90)) {
                 return s;
             }
+            failed_starts += 1;
             assert!(
-                attempt < 5,
+                failed_starts < 5,
                 "SeaweedFS did not start; see {}",
                 s.log().display()
             );
