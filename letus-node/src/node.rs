@@ -83,6 +83,8 @@ pub struct Node {
     pub(crate) streams: Arc<tokio::sync::Semaphore>,
     /// Permits for the read requests being computed, `limits.max_concurrent_reads` in all.
     pub(crate) reads: Arc<tokio::sync::Semaphore>,
+    /// Reads being computed on async worker threads now (bounded by `server::InlineRead`).
+    pub(crate) inline_reads: std::sync::atomic::AtomicUsize,
     /// Set when a panic left a write half-done in a state the node cannot repair in place (inside the block
     /// append or the commit): writes are refused (`503 unavailable`) until a restart recovers from disk, and the
     /// store is not flushed at shutdown. Reads go on.
@@ -205,6 +207,7 @@ impl Node {
             reads: Arc::new(tokio::sync::Semaphore::new(
                 limits.max_concurrent_reads.max(1),
             )),
+            inline_reads: std::sync::atomic::AtomicUsize::new(0),
             limits,
             wedged: OnceLock::new(),
             tiers: None,

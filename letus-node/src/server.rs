@@ -123,8 +123,12 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::Internal(e.to_string()))?
 }
 
-/// Runs a read off the async threads once one of the node's read permits is free: reads queue here, without a
-/// thread, rather than all computing at once and taking the cores from the writer.
+/// Runs a read once one of the node's read permits is free: reads queue here, without a thread, rather than all
+/// computing at once and taking the cores from the writer.
+///
+/// The read runs on the async worker that took the permit when that leaves at least one worker free for the
+/// network (see [`InlineRead`]); otherwise on the blocking pool. A warm read is tens of microseconds of CPU, and
+/// handing it to a pool thread and back cost more than the read itself (two thread wake-ups per request).
 async fn read<T: Send + 'static>(
     node: &Node,
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
@@ -135,11 +139,49 @@ async fn read<T: Send + 'static>(
         .acquire_owned()
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))?;
-    blocking(move || {
-        let _permit = permit;
-        f()
-    })
-    .await
+    match InlineRead::try_take(node) {
+        Some(_inline) => {
+            let _permit = permit;
+            f()
+        }
+        None => {
+            blocking(move || {
+                let _permit = permit;
+                f()
+            })
+            .await
+        }
+    }
+}
+
+/// A read computed on an async worker thread. At most `workers - 1` at once, and only on a multi-threaded
+/// runtime: a worker computing a read (which may wait on a disk read) serves no connection meanwhile, and one
+/// worker must always be left for the network and for the writer's requests. Released on drop, also when the
+/// read panics.
+struct InlineRead<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> InlineRead<'a> {
+    fn try_take(node: &'a Node) -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        let handle = tokio::runtime::Handle::try_current().ok()?;
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return None;
+        }
+        let max = handle.metrics().num_workers().saturating_sub(1);
+        let active = &node.inline_reads;
+        active
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| InlineRead(active))
+    }
+}
+
+impl Drop for InlineRead<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 fn parse_json<T: for<'de> Deserialize<'de>>(
@@ -613,7 +655,6 @@ async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
-/// `GET /v1/tiers`: where the store's sealed files are, what the mover and the object store did.
 /// Prunes now, with the write token (pruning removes state for good).
 async fn prune(State(s): State<AppState>, req: Request) -> Result<Json<PruneResponse>, ApiError> {
     if !authorized(req.headers(), &s.node.token) {
@@ -627,6 +668,7 @@ async fn prune(State(s): State<AppState>, req: Request) -> Result<Json<PruneResp
     ))
 }
 
+/// `GET /v1/tiers`: where the store's sealed files are, what the mover and the object store did.
 async fn tiers(State(s): State<AppState>) -> Result<Response, ApiError> {
     let node = s.node.clone();
     let st = blocking(move || Ok(node.tier_status())).await?;
@@ -635,5 +677,99 @@ async fn tiers(State(s): State<AppState>) -> Result<Response, ApiError> {
         None => Err(ApiError::BadRequest(
             "this node is not tiered (start it with --warm-dir or --cold-bucket)".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod inline_read_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use letus_core::Options;
+
+    use super::read;
+    use crate::error::ApiError;
+    use crate::node::{Node, NodeLimits};
+
+    fn node(dir: &std::path::Path, reads: usize) -> Arc<Node> {
+        let limits = NodeLimits {
+            max_concurrent_reads: reads,
+            ..NodeLimits::default()
+        };
+        Arc::new(Node::open(dir, Options::default(), "t".into(), limits).unwrap())
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// With two workers, at most one read computes on a worker: the others go to the blocking pool, all finish,
+    /// and the network's worker keeps running tasks meanwhile.
+    #[test]
+    fn reads_on_workers_leave_one_worker_free_and_the_rest_go_to_the_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = node(dir.path(), 4);
+        let rt = runtime();
+        let most_inline = Arc::new(AtomicUsize::new(0));
+        rt.block_on(async {
+            let started = Instant::now();
+            let mut reads = Vec::new();
+            for _ in 0..4 {
+                let (n, most) = (node.clone(), most_inline.clone());
+                reads.push(tokio::spawn(async move {
+                    let n2 = n.clone();
+                    read(&n, move || {
+                        most.fetch_max(n2.inline_reads.load(Ordering::Acquire), Ordering::AcqRel);
+                        std::thread::sleep(Duration::from_millis(300));
+                        Ok::<_, ApiError>(())
+                    })
+                    .await
+                }));
+            }
+            // While the four reads sleep, a timer task on the runtime still runs promptly.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let tick = Instant::now();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert!(
+                tick.elapsed() < Duration::from_millis(250),
+                "no worker was left for other tasks"
+            );
+            for r in reads {
+                r.await.unwrap().unwrap();
+            }
+            // Four reads of 300 ms with four permits: they ran at once, not one after another.
+            assert!(started.elapsed() < Duration::from_millis(1100));
+        });
+        assert_eq!(most_inline.load(Ordering::Acquire), 1);
+        assert_eq!(node.inline_reads.load(Ordering::Acquire), 0);
+    }
+
+    /// A read that panics on a worker releases its permit and its worker slot: later reads run.
+    #[test]
+    fn a_read_that_panics_inline_gives_back_its_permit() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = node(dir.path(), 1);
+        let rt = runtime();
+        rt.block_on(async {
+            let n = node.clone();
+            let panicked = tokio::spawn(async move {
+                read(&n, || -> Result<(), ApiError> { panic!("a read panics") }).await
+            })
+            .await;
+            assert!(panicked.unwrap_err().is_panic());
+            assert_eq!(node.inline_reads.load(Ordering::Acquire), 0);
+            assert_eq!(node.reads.available_permits(), 1);
+            let n = node.clone();
+            let v = tokio::spawn(async move { read(&n, || Ok::<_, ApiError>(7)).await })
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(v, 7);
+        });
     }
 }
