@@ -23,6 +23,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "../tests/common/http_proxy.rs"]
+mod http_proxy;
+
 use clap::Parser;
 use letus_core::{Options, Store};
 use letus_node::api::{BlockRequest, DigestsResponse, WriteOp};
@@ -57,6 +60,10 @@ struct Args {
     /// The `letus` binary (default: next to this example's directory).
     #[arg(long)]
     bin: Option<PathBuf>,
+    /// B reaches A through a proxy that holds every request this many milliseconds before forwarding it, as a
+    /// round trip over a wide-area link would (0: B talks to A directly).
+    #[arg(long, default_value_t = 0)]
+    source_rtt_ms: u64,
 }
 
 const TOKEN: &str = "join-bench";
@@ -238,11 +245,15 @@ fn main() {
     // 3. B joins (`letus serve --join A`: manifest, chunks verified on arrival and stored as they come, the
     // history frontier) while A commits; A's rate meanwhile is the "while serving the snapshot" figure.
     let d = digest(&a_url, None);
+    let source = match args.source_rtt_ms {
+        0 => a_url.clone(),
+        ms => delaying_proxy(a_url.clone(), Duration::from_millis(ms)),
+    };
     let (v, root) = (d.version, d.digests[0].root.to_hex());
     let log = args.dir.join("b.log");
     let b_flags = [
         "--join".to_string(),
-        a_url.clone(),
+        source.clone(),
         "--join-version".into(),
         v.to_string(),
         "--trusted-root".into(),
@@ -317,4 +328,9 @@ fn main() {
     println!("{}", json!({"B's log": kept}));
     let _ = std::fs::remove_dir_all(&args.dir);
     assert!(same, "B's digest differs from A's");
+}
+
+/// A proxy to `target` that holds every answer for `rtt` before sending it on. Returns its URL.
+fn delaying_proxy(target: String, rtt: Duration) -> String {
+    http_proxy::start(target, move |_, _| std::thread::sleep(rtt))
 }

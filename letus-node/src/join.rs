@@ -931,34 +931,10 @@ pub fn follow(
             std::thread::sleep(Duration::from_millis(200));
             continue;
         }
-        // The next versions are fetched ahead (a few at a time) while this one is applied: a version's answers
-        // take several round trips, and its commit does not need them.
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Fetched, JoinError>>(FETCH_AHEAD);
-        let batch = std::thread::scope(|sc| {
-            let agent = &agent;
-            // The sender moves into the fetcher, so the receiver's loop ends when the fetcher does.
-            sc.spawn(move || {
-                for v in ours + 1..=head {
-                    if stop.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    let t = Instant::now();
-                    let f = fetch_version(agent, s, tid, v);
-                    tracing::debug!(version = v, ms = t.elapsed().as_secs_f64() * 1e3, "fetched");
-                    let failed = f.is_err();
-                    if tx.send(f).is_err() || failed {
-                        return;
-                    }
-                }
-            });
-            for f in rx.iter() {
-                let t = Instant::now();
-                apply_fetched(node, s, f?)?;
-                tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "applied");
-                applied += 1;
-            }
-            Ok::<(), JoinError>(())
-        });
+        // The next versions are fetched ahead, by several fetchers at once, while this one is applied: a
+        // version's answers take several round trips and the source's diff of its pages, and one fetcher at a
+        // time set the pace of the whole catch-up.
+        let batch = fetch_and_apply(node, &agent, s, tid, ours + 1..=head, stop, &mut applied);
         match batch {
             Ok(()) => {}
             Err(JoinError::Sources(e)) => {
@@ -971,8 +947,116 @@ pub fn follow(
     Ok(applied)
 }
 
-/// Versions fetched ahead of the one being applied.
-const FETCH_AHEAD: usize = 8;
+/// Versions fetched ahead of the one being applied: the most held in memory, fetched and not yet applied.
+const FETCH_AHEAD: u64 = 8;
+
+/// Versions fetched at once from the source.
+const FETCHERS: usize = 4;
+
+/// Applies `versions` from source `s` in order (see [`pipeline`]).
+fn fetch_and_apply(
+    node: &Node,
+    agent: &ureq::Agent,
+    s: &str,
+    tid: u32,
+    versions: std::ops::RangeInclusive<Version>,
+    stop: &AtomicBool,
+    applied: &mut u64,
+) -> Result<(), JoinError> {
+    pipeline(
+        versions,
+        stop,
+        |v| {
+            let t = Instant::now();
+            let f = fetch_version(agent, s, tid, v);
+            tracing::debug!(version = v, ms = t.elapsed().as_secs_f64() * 1e3, "fetched");
+            f
+        },
+        |f| {
+            let t = Instant::now();
+            apply_fetched(node, s, f)?;
+            tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "applied");
+            *applied += 1;
+            Ok(())
+        },
+    )
+}
+
+/// Calls `apply` on `fetch(v)` for every `v` of `versions` in order, with [`FETCHERS`] threads fetching at most
+/// [`FETCH_AHEAD`] versions ahead of the one being applied. Stops at the first fetch or apply that fails (the
+/// fetchers stop too) and returns that error, every version before it applied; stops without error when `stop`
+/// is set.
+fn pipeline<F: Send>(
+    versions: std::ops::RangeInclusive<Version>,
+    stop: &AtomicBool,
+    fetch: impl Fn(Version) -> Result<F, JoinError> + Sync,
+    mut apply: impl FnMut(F) -> Result<(), JoinError>,
+) -> Result<(), JoinError> {
+    let first = *versions.start();
+    let last = *versions.end();
+    let next = AtomicU64::new(first);
+    // The next version to apply; fetchers wait on it to stay within the window. `halt` ends the fetchers.
+    let window = (Mutex::new(first), std::sync::Condvar::new());
+    let halt = AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel::<(Version, Result<F, JoinError>)>();
+    std::thread::scope(|sc| {
+        for _ in 0..FETCHERS {
+            let tx = tx.clone();
+            let (next, window, halt, fetch) = (&next, &window, &halt, &fetch);
+            sc.spawn(move || loop {
+                if stop.load(Ordering::Relaxed) || halt.load(Ordering::Relaxed) {
+                    return;
+                }
+                let v = next.fetch_add(1, Ordering::Relaxed);
+                if v > last {
+                    return;
+                }
+                {
+                    let mut want = window.0.lock().unwrap_or_else(|e| e.into_inner());
+                    while v >= *want + FETCH_AHEAD {
+                        if stop.load(Ordering::Relaxed) || halt.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        want = window
+                            .1
+                            .wait_timeout(want, Duration::from_millis(100))
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                }
+                let f = fetch(v);
+                let failed = f.is_err();
+                if tx.send((v, f)).is_err() || failed {
+                    halt.store(true, Ordering::Relaxed);
+                    return;
+                }
+            });
+        }
+        drop(tx);
+        let r = (|| {
+            // Fetched out of order, applied in order.
+            let mut pending = std::collections::BTreeMap::new();
+            let mut want = first;
+            for (v, f) in rx.iter() {
+                pending.insert(v, f);
+                while let Some(f) = pending.remove(&want) {
+                    apply(f?)?;
+                    want += 1;
+                    *window.0.lock().unwrap_or_else(|e| e.into_inner()) = want;
+                    window.1.notify_all();
+                }
+            }
+            // The fetchers stopped before `last`: one failed, and the versions before its own never came.
+            match pending.into_values().find(Result::is_err) {
+                Some(Err(e)) => Err(e),
+                _ => Ok(()),
+            }
+        })();
+        halt.store(true, Ordering::Relaxed);
+        window.1.notify_all();
+        r
+    })
+}
 
 /// What a source says about one version: its digests, key changes and raw block.
 struct Fetched {
@@ -1047,4 +1131,88 @@ pub fn spawn_follower(
         Ok(n) => tracing::info!(versions = n, "caught up with the sources"),
         Err(e) => tracing::error!(code = e.code(), "following stopped: {e}"),
     })
+}
+
+#[cfg(test)]
+mod pipeline_tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use super::{pipeline, JoinError, FETCH_AHEAD};
+
+    /// A fetch that takes a pseudo-random few milliseconds, so versions arrive out of order.
+    fn slow_fetch(v: u64) -> Result<u64, JoinError> {
+        std::thread::sleep(Duration::from_millis((v * 7919) % 5));
+        Ok(v)
+    }
+
+    #[test]
+    fn versions_fetched_out_of_order_are_applied_in_order_within_the_window() {
+        let applied_upto = AtomicU64::new(99);
+        let most_ahead = AtomicU64::new(0);
+        let mut got = Vec::new();
+        let stop = AtomicBool::new(false);
+        pipeline(
+            100..=300,
+            &stop,
+            |v| {
+                let behind = applied_upto.load(Ordering::SeqCst);
+                most_ahead.fetch_max(v - behind, Ordering::SeqCst);
+                slow_fetch(v)
+            },
+            |v| {
+                got.push(v);
+                applied_upto.store(v, Ordering::SeqCst);
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(got, (100..=300).collect::<Vec<_>>());
+        // A fetch starts only while its version is within FETCH_AHEAD of the next one to apply.
+        assert!(most_ahead.load(Ordering::SeqCst) <= FETCH_AHEAD);
+    }
+
+    #[test]
+    fn a_failed_fetch_stops_after_every_version_before_it_is_applied() {
+        let mut got = Vec::new();
+        let stop = AtomicBool::new(false);
+        let r = pipeline(
+            1..=100,
+            &stop,
+            |v| {
+                if v == 37 {
+                    return Err(JoinError::Sources(format!("version {v}")));
+                }
+                slow_fetch(v)
+            },
+            |v| {
+                got.push(v);
+                Ok(())
+            },
+        );
+        assert!(matches!(r, Err(JoinError::Sources(m)) if m == "version 37"));
+        assert_eq!(got, (1..37).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_failed_apply_stops_the_fetchers() {
+        let fetched = AtomicU64::new(0);
+        let stop = AtomicBool::new(false);
+        let r = pipeline(
+            1..=1000,
+            &stop,
+            |v| {
+                fetched.fetch_add(1, Ordering::SeqCst);
+                slow_fetch(v)
+            },
+            |v| {
+                if v == 10 {
+                    return Err(JoinError::Diverged(format!("version {v}")));
+                }
+                Ok(())
+            },
+        );
+        assert!(matches!(r, Err(JoinError::Diverged(_))));
+        assert!(fetched.load(Ordering::SeqCst) < 10 + FETCH_AHEAD + 4);
+    }
 }

@@ -5,10 +5,11 @@
 //! SIGKILLed in the middle of its join and resumes without fetching a verified chunk again.
 
 mod common;
+#[path = "common/http_proxy.rs"]
+mod http_proxy;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -113,60 +114,23 @@ struct Proxy {
 }
 
 fn proxy(target: String, corrupt: BTreeSet<u32>) -> Proxy {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let asked = Arc::new(Mutex::new(Vec::new()));
     let rec = asked.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(conn) = conn else { continue };
-            let (target, corrupt, rec) = (target.clone(), corrupt.clone(), rec.clone());
-            std::thread::spawn(move || serve_one(conn, &target, &corrupt, &rec));
+    let url = http_proxy::start(target, move |path, answer| {
+        let index = path
+            .split("/snapshot/chunks/")
+            .nth(1)
+            .and_then(|r| r.split('?').next())
+            .and_then(|i| i.parse::<u32>().ok());
+        if let Some(i) = index {
+            rec.lock().unwrap().push(i);
+            if answer.status == 200 && corrupt.contains(&i) {
+                let last = answer.body.len() - 1;
+                answer.body[last] ^= 0x01;
+            }
         }
     });
     Proxy { url, asked }
-}
-
-fn serve_one(mut conn: TcpStream, target: &str, corrupt: &BTreeSet<u32>, asked: &Mutex<Vec<u32>>) {
-    let mut reader = BufReader::new(conn.try_clone().unwrap());
-    let mut line = String::new();
-    if reader.read_line(&mut line).is_err() {
-        return;
-    }
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
-            break;
-        }
-    }
-    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
-    let index = path
-        .split("/snapshot/chunks/")
-        .nth(1)
-        .and_then(|r| r.split('?').next())
-        .and_then(|i| i.parse::<u32>().ok());
-    let mut res = agent().get(format!("{target}{path}")).call().unwrap();
-    let status = res.status().as_u16();
-    let mut body = res
-        .body_mut()
-        .with_config()
-        .limit(1 << 30)
-        .read_to_vec()
-        .unwrap();
-    if let Some(i) = index {
-        asked.lock().unwrap().push(i);
-        if status == 200 && corrupt.contains(&i) {
-            let last = body.len() - 1;
-            body[last] ^= 0x01;
-        }
-    }
-    let head = format!(
-        "HTTP/1.1 {status} X\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = conn
-        .write_all(head.as_bytes())
-        .and_then(|()| conn.write_all(&body));
 }
 
 /// `letus serve` joining with `flags`, its stderr (the node's log) written to `log`.
