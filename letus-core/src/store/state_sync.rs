@@ -313,14 +313,29 @@ mod tests {
 
     #[test]
     fn changes_are_exactly_the_keys_whose_values_differ() {
+        // 400 keys: one or two levels of pages; 20,000 loaded first: child pages two levels down, so the walk
+        // compares page references and descends into both versions of a page.
+        for (keys, preload) in [(400u64, false), (20_000, true)] {
+            changes_match_the_model(keys, preload);
+        }
+    }
+
+    fn changes_match_the_model(keys: u64, preload: bool) {
         let d = tempfile::tempdir().unwrap();
         let mut s = store(d.path());
         let mut model: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = Default::default();
         let mut rng = letus_workload::Rng::new(7);
         let mut states = vec![model.clone()];
         for v in 1..=40u64 {
+            if preload && v == 1 {
+                for i in 0..keys {
+                    let k = format!("key{i}").into_bytes();
+                    s.put(0, &k, b"first").unwrap();
+                    model.insert(k, b"first".to_vec());
+                }
+            }
             for _ in 0..(rng.below(60) + 1) {
-                let k = format!("key{}", rng.below(400)).into_bytes();
+                let k = format!("key{}", rng.below(keys)).into_bytes();
                 match rng.below(10) {
                     0 => {
                         s.delete(0, &k).unwrap();
@@ -354,7 +369,11 @@ mod tests {
                 .map(|k| (k.clone(), b.get(k).cloned()))
                 .collect();
             want.sort_by_key(|(k, _)| KeyPath::of(k));
-            assert_eq!(snap.changes(0, from, to).unwrap(), want, "{from}..{to}");
+            assert_eq!(
+                snap.changes(0, from, to).unwrap(),
+                want,
+                "{keys} keys, {from}..{to}"
+            );
         }
     }
 }

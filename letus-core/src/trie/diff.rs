@@ -31,7 +31,11 @@ pub fn diff<S: PageSource>(
         merge(a, b, out);
         return Ok(());
     };
-    if o.hash() == n.hash() {
+    // The same page version, or the same stored root hash: nothing below differs. Pages without a stored hash
+    // are not hashed here (that would hash all their leaves): their children are compared one by one below.
+    if o.version == n.version
+        || matches!((o.stored_hash(), n.stored_hash()), (Some(a), Some(b)) if a == b)
+    {
         return Ok(());
     }
     if !matches!((o.root(), n.root()), (Root::Branch, Root::Branch)) {
@@ -45,14 +49,14 @@ pub fn diff<S: PageSource>(
     }
     for c in 0..16u8 {
         let (oc, nc) = (o.child(c), n.child(c));
-        if oc.hash() == nc.hash() {
+        if same_child(&oc, &nc) {
             continue;
         }
         if let (Child::Branch(_), Child::Branch(_)) = (&oc, &nc) {
             for g in 0..16u8 {
                 let slot = grand_slot(c, g);
                 let (ocell, ncell) = (o.cell(slot), n.cell(slot));
-                if ocell.map(Cell::hash) == ncell.map(Cell::hash) {
+                if same_cell(ocell, ncell) {
                     continue;
                 }
                 let id = o.id.child(c, g);
@@ -83,6 +87,36 @@ pub fn diff<S: PageSource>(
         }
     }
     Ok(())
+}
+
+// The comparisons below stand for comparing node hashes without computing any: a leaf's hash is a function of
+// its path and value hash, and a branch's or a child page's hash is stored. "Same" implies equal hashes; a pair
+// they call different with equal hashes (which canonical leaf compression rules out) would only be expanded to
+// its leaves and merged, which drops leaves with equal values, so the answer stays exact either way.
+
+/// Whether two leaves stand for the same node: same path, same value.
+fn same_leaf(a: &Leaf, b: &Leaf) -> bool {
+    a.path == b.path && a.value_hash == b.value_hash
+}
+
+/// Whether two children of a page root stand for the same node.
+fn same_child(a: &Child<'_>, b: &Child<'_>) -> bool {
+    match (a, b) {
+        (Child::Empty, Child::Empty) => true,
+        (Child::Leaf(x), Child::Leaf(y)) => same_leaf(x, y),
+        (Child::Branch(x), Child::Branch(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// Whether two grandchild cells stand for the same node.
+fn same_cell(a: Option<&Cell>, b: Option<&Cell>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(Cell::Leaf(x)), Some(Cell::Leaf(y))) => same_leaf(x, y),
+        (Some(Cell::Page { hash: x, .. }), Some(Cell::Page { hash: y, .. })) => x == y,
+        _ => false,
+    }
 }
 
 fn page_leaves<S: PageSource>(src: &S, tid: TrieId, p: &Page, out: &mut Vec<Leaf>) -> Result<()> {
@@ -151,7 +185,7 @@ fn merge(a: Vec<Leaf>, b: Vec<Leaf>, out: &mut Vec<LeafChange>) {
                 std::cmp::Ordering::Greater => out.push((None, b.next())),
                 std::cmp::Ordering::Equal => {
                     let (x, y) = (a.next(), b.next());
-                    if x.map(|l| l.hash()) != y.map(|l| l.hash()) {
+                    if x.map(|l| l.value_hash) != y.map(|l| l.value_hash) {
                         out.push((x, y));
                     }
                 }

@@ -194,17 +194,6 @@ pub enum Child<'a> {
     Branch(Hash),
 }
 
-impl Child<'_> {
-    /// The child's hash.
-    pub fn hash(&self) -> Hash {
-        match self {
-            Child::Empty => EMPTY,
-            Child::Leaf(l) => l.hash(),
-            Child::Branch(h) => *h,
-        }
-    }
-}
-
 impl Page {
     /// Builds page `id` from its slots (sorted by slot, unique), checking the page shape and computing the
     /// hashes of its inline branches. `Err` names what is inconsistent.
@@ -433,6 +422,15 @@ impl Page {
     pub fn branch_hash(&self, c: u8) -> Option<Hash> {
         let b = self.branches();
         b.binary_search_by_key(&c, |(b, _)| *b).ok().map(|i| b[i].1)
+    }
+
+    /// The hash of the page's root node when the page stores it (pages with inline branches), without computing
+    /// anything.
+    pub fn stored_hash(&self) -> Option<Hash> {
+        match self.hashes.last() {
+            Some((ROOT_HASH, h)) => Some(*h),
+            _ => None,
+        }
     }
 
     /// The hash of the page's root node (`EMPTY` for an empty root page). Stored when the page has inline
