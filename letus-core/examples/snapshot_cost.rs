@@ -1,6 +1,8 @@
-//! What serving a snapshot costs the source: builds a store of `--accounts` accounts (bulk load), then times the
-//! manifest (a walk of every leaf) and every chunk (the pairs of each entry, values read from the value log),
-//! single-threaded, with warm and then cold caches.
+//! What serving a joining node costs the source: builds a store of `--accounts` accounts (bulk load), then times
+//! the manifest (a walk of every leaf) and every chunk (the pairs of each entry, values read from the value log),
+//! single-threaded, with warm and then cold caches; then commits `--versions` versions of `--writes` puts of
+//! random accounts and times the changes of each of the last 20 against the version before it (what a following
+//! node asks for, `GET /v1/tries/{tid}/changes`).
 //!
 //! `cargo run --release -p letus-core --example snapshot_cost -- --accounts 1000000 --dir /path/on/the/disk`
 
@@ -18,6 +20,12 @@ struct Args {
     dir: std::path::PathBuf,
     #[arg(long, default_value_t = 16_384)]
     max_pairs: u64,
+    /// Versions committed after the load (at least 20) before the changes are timed.
+    #[arg(long, default_value_t = 50)]
+    versions: u64,
+    /// Puts per version.
+    #[arg(long, default_value_t = 2000)]
+    writes: u64,
 }
 
 fn main() {
@@ -30,7 +38,7 @@ fn main() {
     keys.sort_unstable();
     let mut it = keys.into_iter();
     let t = Instant::now();
-    let store = Store::bulk_load(&a.dir, Options::default(), 0, 1, None, || {
+    let mut store = Store::bulk_load(&a.dir, Options::default(), 0, 1, None, || {
         Ok(it
             .next()
             .map(|(_, i)| (account(i), b"balance 100".to_vec())))
@@ -60,6 +68,33 @@ fn main() {
             m.items.len(),
             a.accounts as f64 / tc,
             bytes as f64 / 1e6
+        );
+    }
+    drop(snap);
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    for v in 2..=a.versions.max(20) + 1 {
+        for _ in 0..a.writes {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let i = (s >> 20) % a.accounts;
+            store
+                .put(0, &account(i), format!("balance {v} {s}").as_bytes())
+                .unwrap();
+        }
+        store.commit(v).unwrap();
+    }
+    let last = a.versions.max(20) + 1;
+    let snap = store.snapshot();
+    for round in ["first", "second"] {
+        let t = Instant::now();
+        let n: usize = (last - 19..=last)
+            .map(|v| snap.changes(0, v - 1, v).unwrap().len())
+            .sum();
+        let el = t.elapsed().as_secs_f64();
+        println!(
+            "{round} pass: the changes of the last 20 versions ({n} keys) in {el:.3} s, {:.1} ms a version",
+            el * 1e3 / 20.0
         );
     }
     let _ = std::fs::remove_dir_all(&a.dir);
