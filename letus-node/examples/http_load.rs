@@ -1,7 +1,11 @@
 //! Mixed-load HTTP benchmark against a `letus serve` node on 127.0.0.1 (it starts one on a temporary directory).
 //!
 //! `cargo build --release -p letus-node && cargo run --release -p letus-node --example http_load -- \
-//!     [--keys N] [--clients N] [--seconds S] [--block-writes N] [--blocks N]`
+//!     [--keys N] [--clients N] [--seconds S] [--block-writes N] [--blocks N] [--read-rate N]`
+//!
+//! With `--read-rate N` the clients together offer N reads/s on a fixed schedule instead of reading as fast as
+//! they are answered, so phases A and C see the same read load (latency then counts from each read's scheduled
+//! time).
 //!
 //! It loads `keys` accounts (10,000 writes per block), then runs three phases against the same node, `seconds`
 //! seconds each:
@@ -64,6 +68,11 @@ struct Args {
     /// The `letus` binary to start.
     #[arg(long, env = "LETUS_BIN", default_value = "target/release/letus")]
     bin: String,
+    /// Reads per second offered by all clients together (0: each client reads as fast as it is answered).
+    /// Each client sends on a fixed schedule, and a read's latency counts from its scheduled time, so time spent
+    /// waiting for an earlier answer is not hidden.
+    #[arg(long, default_value_t = 0)]
+    read_rate: u64,
 }
 
 fn key(i: u64) -> Vec<u8> {
@@ -159,7 +168,10 @@ fn start_readers(args: &Args, url: &str, stop: &Arc<AtomicBool>, seed: u64) -> R
     let handles = (0..args.clients)
         .map(|c| {
             let (url, stop, barrier) = (url.to_string(), stop.clone(), barrier.clone());
-            let (keys, verify_every) = (args.keys, args.verify_every);
+            let (keys, verify_every, clients) = (args.keys, args.verify_every, args.clients);
+            // With a read rate, client `c` sends every `clients / rate` seconds, the clients spread evenly.
+            let period = (args.read_rate > 0)
+                .then(|| Duration::from_secs_f64(args.clients as f64 / args.read_rate as f64));
             std::thread::spawn(move || {
                 let agent = agent();
                 let mut lat = Vec::with_capacity(1 << 16);
@@ -167,7 +179,19 @@ fn start_readers(args: &Args, url: &str, stop: &Arc<AtomicBool>, seed: u64) -> R
                 let mut s = (seed ^ c).wrapping_mul(7919) + 1;
                 let mut n = 0u64;
                 barrier.wait();
+                let mut due = period.map(|p| Instant::now() + p.mul_f64(c as f64 / clients as f64));
                 while !stop.load(Ordering::Relaxed) {
+                    let scheduled = match (due.as_mut(), period) {
+                        (Some(d), Some(p)) => {
+                            if let Some(wait) = d.checked_duration_since(Instant::now()) {
+                                std::thread::sleep(wait);
+                            }
+                            let at = *d;
+                            *d += p;
+                            Some(at)
+                        }
+                        _ => None,
+                    };
                     s = s
                         .wrapping_mul(6364136223846793005)
                         .wrapping_add(1442695040888963407);
@@ -182,7 +206,7 @@ fn start_readers(args: &Args, url: &str, stop: &Arc<AtomicBool>, seed: u64) -> R
                         }
                         _ => None,
                     };
-                    let elapsed = t.elapsed();
+                    let elapsed = scheduled.map_or_else(|| t.elapsed(), |at| at.elapsed());
                     let Some(body) = body else {
                         errors += 1;
                         continue;
@@ -427,9 +451,13 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
     println!(
-        "{} reading clients (GET /v1/tries/0/keys/{{key}}, value + proof, {}); \
+        "{} reading clients{} (GET /v1/tries/0/keys/{{key}}, value + proof, {}); \
          1 writer (POST /v1/blocks, {} puts per block); {}s per phase",
         args.clients,
+        match args.read_rate {
+            0 => String::new(),
+            r => format!(" offering {r} reads/s"),
+        },
         match args.verify_every {
             0 => "none verified".to_string(),
             n => format!("1 in {n} verified"),
