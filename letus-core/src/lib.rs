@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod options;
 pub(crate) mod prune_manifest;
 pub(crate) mod roots_log;
+pub mod shard;
 pub mod storage;
 pub mod store;
 pub(crate) mod tombstones;

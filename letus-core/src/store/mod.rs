@@ -75,6 +75,10 @@ macro_rules! read_api {
             fn get_proof(&self, tid: TrieId, version: Version, key: &[u8]) -> Result<(Option<Vec<u8>>, Proof)>;
             /// The values of `keys` at `version` and one multi-proof for all of them.
             fn get_multi_proof(&self, tid: TrieId, version: Version, keys: &[&[u8]]) -> Result<(Vec<Option<Vec<u8>>>, Proof)>;
+            /// The non-empty subtrees at depth 2 of trie `tid` at exactly the committed `version`, from its root
+            /// page alone (`None`: the trie did not exist then): what a router composes the root of a trie sharded
+            /// over several stores from ([`crate::shard`]).
+            fn subtree_tops(&self, tid: TrieId, version: Version) -> Result<Option<crate::shard::Tops>>;
             /// The digest of trie `tid` at exactly the committed `version`.
             fn digest(&self, tid: TrieId, version: Version) -> Result<Digest>;
             /// Digests of every trie at the latest version.

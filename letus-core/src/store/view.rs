@@ -214,6 +214,24 @@ impl View<'_> {
         Ok((values, proof))
     }
 
+    pub(super) fn subtree_tops(
+        &self,
+        tid: TrieId,
+        version: Version,
+    ) -> Result<Option<crate::shard::Tops>> {
+        let version = self.exact(version)?;
+        let exists = self
+            .engine
+            .tries
+            .get(&tid)
+            .is_some_and(|t| t.index_at(version).is_some());
+        if !exists {
+            return Ok(None);
+        }
+        let root = self.engine.root_page(tid, version)?;
+        Ok(Some(crate::shard::Tops::of_root_page(&root)))
+    }
+
     /// The digest of trie `tid` at exactly the committed `version`.
     pub(super) fn digest(&self, tid: TrieId, version: Version) -> Result<Digest> {
         self.engine.digest(tid, self.exact(version)?)

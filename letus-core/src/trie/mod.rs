@@ -55,7 +55,7 @@ pub fn page_id(path: &KeyPath, depth: usize) -> PageId {
 
 /// Splits `items` (sorted by path) into the runs whose paths share nibble `depth`: `(nibble, first path, run)`,
 /// in order. Every walk that descends with a sorted batch (updates, builds, proofs) groups it this way.
-fn nibble_groups<'a, T>(
+pub(crate) fn nibble_groups<'a, T>(
     items: &'a [T],
     depth: usize,
     path: impl Fn(&T) -> &KeyPath + 'a,
@@ -616,7 +616,7 @@ fn leaf_record(l: &Leaf, q: &[KeyPath]) -> ProofRecord {
 }
 
 /// The Branch record of a node with children `hashes` for the queries `q` (which expand the children they fall in).
-fn branch_record(hashes: &[Hash; 16], depth: usize, q: &[KeyPath]) -> ProofRecord {
+pub(crate) fn branch_record(hashes: &[Hash; 16], depth: usize, q: &[KeyPath]) -> ProofRecord {
     let expanded = q.iter().fold(0u16, |m, p| m | 1 << p.nibble(depth));
     let mut mask = 0u8;
     let mut frontier = Vec::new();
