@@ -23,7 +23,7 @@ pub(crate) mod lsvps;
 pub mod metrics;
 pub mod options;
 pub(crate) mod prune_manifest;
-pub(crate) mod roots_log;
+pub mod roots_log;
 pub mod shard;
 pub mod storage;
 pub mod store;

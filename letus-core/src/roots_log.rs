@@ -54,15 +54,7 @@ impl RootsLog {
         dir: &Path,
         keep_up_to: Option<Version>,
     ) -> Result<(RootsLog, Vec<RootEntry>)> {
-        let path = dir.join("roots.log");
-        if !fsutil::is_file(fs, &path)? {
-            // Created whole under a temporary name: a crash or a failed write during creation never leaves a
-            // `roots.log` with a cut header (which would be corruption at every open).
-            fsutil::write_whole_file(fs, dir, "roots.log", &log_header(MAGIC, FORMAT))?;
-        }
-        let file = open_rw(fs, &path)?;
-        let bytes = fs.read(&path).map_err(|e| Error::io(&path, e))?;
-        check_log_header(&path, &bytes, MAGIC, FORMAT, "roots log")?;
+        let (path, file, bytes) = open_file(fs, dir)?;
         let mut entries = Vec::new();
         let mut end = HEADER_LEN;
         for (i, e) in bytes[HEADER_LEN as usize..].chunks(ENTRY_LEN).enumerate() {
@@ -108,6 +100,37 @@ impl RootsLog {
         ))
     }
 
+    /// Opens (or creates) a roots log that is its own record of what is durable (a sharding router's): every
+    /// entry whose checksum holds is kept, up to the first one that fails it, where the file is cut (a torn
+    /// append). The caller fsyncs ([`RootsLog::sync`]) before it acknowledges what it appended.
+    pub fn open_all(fs: &dyn Storage, dir: &Path) -> Result<(RootsLog, Vec<RootEntry>)> {
+        let (path, file, bytes) = open_file(fs, dir)?;
+        let entries: Vec<RootEntry> = bytes[HEADER_LEN as usize..]
+            .chunks(ENTRY_LEN)
+            .map_while(decode)
+            .collect();
+        let end = HEADER_LEN + (entries.len() * ENTRY_LEN) as u64;
+        let mut file = AppendFile { file, end };
+        file.cut(end).map_err(|e| Error::io(&path, e))?;
+        Ok((
+            RootsLog {
+                path,
+                file,
+                buf: Vec::new(),
+            },
+            entries,
+        ))
+    }
+
+    /// Writes buffered entries and fsyncs the file.
+    pub fn sync(&mut self) -> Result<()> {
+        self.write()?;
+        self.file
+            .file
+            .sync_data()
+            .map_err(|e| Error::io(&self.path, e))
+    }
+
     /// Buffers one entry.
     pub fn push(&mut self, e: &RootEntry) {
         let start = self.buf.len();
@@ -142,6 +165,20 @@ impl RootsLog {
     }
 }
 
+/// Opens (creating it if missing) `dir/roots.log` and reads it whole, its header checked.
+fn open_file(fs: &dyn Storage, dir: &Path) -> Result<(PathBuf, FileRef, Vec<u8>)> {
+    let path = dir.join("roots.log");
+    if !fsutil::is_file(fs, &path)? {
+        // Created whole under a temporary name: a crash or a failed write during creation never leaves a
+        // `roots.log` with a cut header (which would be corruption at every open).
+        fsutil::write_whole_file(fs, dir, "roots.log", &log_header(MAGIC, FORMAT))?;
+    }
+    let file = open_rw(fs, &path)?;
+    let bytes = fs.read(&path).map_err(|e| Error::io(&path, e))?;
+    check_log_header(&path, &bytes, MAGIC, FORMAT, "roots log")?;
+    Ok((path, file, bytes))
+}
+
 fn decode(e: &[u8]) -> Option<RootEntry> {
     if e.len() != ENTRY_LEN {
         return None;
@@ -156,4 +193,54 @@ fn decode(e: &[u8]) -> Option<RootEntry> {
         root: Hash(e.get(12..44)?.try_into().ok()?),
         page_version: u64_at(e, 44)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::Local;
+
+    fn entry(version: Version, tid: TrieId) -> RootEntry {
+        RootEntry {
+            version,
+            tid,
+            root: Hash([version as u8; 32]),
+            page_version: 0,
+        }
+    }
+
+    #[test]
+    fn open_all_keeps_every_whole_entry_and_cuts_a_torn_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, entries) = RootsLog::open_all(&Local, dir.path()).unwrap();
+        assert!(entries.is_empty());
+        let written = [entry(1, 0), entry(2, 0), entry(2, 1)];
+        for e in &written {
+            log.push(e);
+        }
+        log.sync().unwrap();
+        drop(log);
+        let path = dir.path().join("roots.log");
+        let whole = std::fs::metadata(&path).unwrap().len();
+        // A torn append: half of the next entry.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, &[7u8; ENTRY_LEN / 2]).unwrap();
+        drop(f);
+        let (mut log, entries) = RootsLog::open_all(&Local, dir.path()).unwrap();
+        assert_eq!(entries, written);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
+        // Appends go on where the whole entries end; a damaged entry ends what is kept.
+        log.push(&entry(3, 0));
+        log.sync().unwrap();
+        drop(log);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let second = HEADER_LEN as usize + ENTRY_LEN;
+        bytes[second + 3] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let (_, entries) = RootsLog::open_all(&Local, dir.path()).unwrap();
+        assert_eq!(entries, written[..1]);
+    }
 }

@@ -263,6 +263,44 @@ pub struct InclusionResponse {
     pub proof_hex: String,
 }
 
+/// `GET /v1/shard/tops`: the non-empty subtrees at depth 2 of every trie at one version, of the subtrees this
+/// node holds (what a sharding router composes roots and proofs from).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardTopsResponse {
+    /// The subtrees this node holds (`00-ff` unless it runs with `--shard-prefixes`).
+    pub prefixes: String,
+    /// The version.
+    pub version: u64,
+    /// Every trie that exists at `version`.
+    pub tries: Vec<TrieTops>,
+}
+
+/// The tops of one trie.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrieTops {
+    /// Trie id.
+    pub tid: u32,
+    /// Its non-empty subtrees, by prefix.
+    pub tops: Vec<TopJson>,
+}
+
+/// The node at depth 2 of one non-empty subtree: a branch (`hash`) or the leaf of its one key (`path`,
+/// `value_hash`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopJson {
+    /// The subtree: the first byte of its key paths.
+    pub prefix: u8,
+    /// A branch's hash (hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    /// A leaf's key path (hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A leaf's value hash (hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_hash: Option<String>,
+}
+
 /// Every error: `{"error": {"code": "...", "message": "..."}}` (and `"oldest"` where it says so).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {

@@ -66,6 +66,21 @@ pub enum ApiError {
     Unavailable(String),
     /// A read needed a file in the cold tier (the object store), which cannot be reached now.
     TierUnavailable(String),
+    /// A write of a key in a subtree this shard does not hold.
+    WrongShard(String),
+    /// A router could not reach a shard, or a shard failed a request for a reason of its own.
+    ShardUnavailable(String),
+    /// A router found the shards' answers inconsistent with each other or with its own roots.
+    ShardInconsistent(String),
+    /// A shard's error, passed on by a router as the shard answered it.
+    Upstream {
+        /// The shard's status.
+        status: StatusCode,
+        /// The shard's error.
+        detail: crate::api::ErrorDetail,
+    },
+    /// A route a router does not offer (yet): ask a shard directly.
+    NotSharded(&'static str),
     /// Anything else (I/O, corruption): logged, reported without details that could leak paths.
     Internal(String),
 }
@@ -95,6 +110,11 @@ impl ApiError {
             ApiError::TooManyStreams(_) => (StatusCode::SERVICE_UNAVAILABLE, "too_many_streams"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::TierUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "tier_unavailable"),
+            ApiError::WrongShard(_) => (StatusCode::BAD_REQUEST, "wrong_shard"),
+            ApiError::ShardUnavailable(_) => (StatusCode::BAD_GATEWAY, "shard_unavailable"),
+            ApiError::ShardInconsistent(_) => (StatusCode::BAD_GATEWAY, "shard_inconsistent"),
+            ApiError::Upstream { status, .. } => (*status, "upstream"),
+            ApiError::NotSharded(_) => (StatusCode::NOT_IMPLEMENTED, "not_sharded"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -139,6 +159,13 @@ impl ApiError {
             ApiError::Unavailable(m) => format!("the store cannot take writes now: {m}"),
             ApiError::TierUnavailable(m) => format!(
                 "the data asked for is in the cold tier, which cannot be reached now ({m}); retry later"
+            ),
+            ApiError::WrongShard(m) => m.clone(),
+            ApiError::ShardUnavailable(m) => format!("a shard failed: {m}"),
+            ApiError::ShardInconsistent(m) => format!("the shards' answers do not fit together: {m}"),
+            ApiError::Upstream { detail, .. } => detail.message.clone(),
+            ApiError::NotSharded(route) => format!(
+                "a sharding router does not offer {route}; ask the shard that holds the keys"
             ),
             ApiError::Internal(_) => "internal error (see the node's log)".into(),
         }
@@ -187,6 +214,9 @@ impl IntoResponse for ApiError {
         let (status, code) = self.parts();
         if let ApiError::Internal(detail) = &self {
             tracing::error!(%detail, "internal error");
+        }
+        if let ApiError::Upstream { status, detail } = self {
+            return (status, Json(ErrorBody { error: detail })).into_response();
         }
         let body = ErrorBody {
             error: ErrorDetail {

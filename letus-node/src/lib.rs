@@ -12,6 +12,7 @@ pub mod join;
 pub mod metrics;
 pub mod node;
 pub mod server;
+pub mod sharding;
 pub mod wire;
 
 #[cfg(test)]

@@ -28,6 +28,9 @@ struct Cli {
 enum Command {
     /// Run a node over a data directory, serving the HTTP API.
     Serve(Box<serve::ServeArgs>),
+    /// Run a sharding router: the API of one node in front of shard nodes (`letus serve --shard-prefixes`) that
+    /// hold the 256 subtrees between them, with the roots and proofs one node would give.
+    Route(serve::RouteArgs),
     /// Start a node on a fresh store and feed it a simulated payment chain; prints the URLs to open.
     Demo(demo::DemoArgs),
     /// Full verification for auditors: recompute the root of a version from the stored data.
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(a) => serve::run(*a),
+        Command::Route(a) => serve::run_route(a),
         Command::Demo(a) => demo::run(a),
         Command::Verify(a) => tools::verify(a),
         Command::Prune(a) => tools::prune(a),

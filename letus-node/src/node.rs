@@ -94,6 +94,9 @@ pub struct Node {
     /// The last snapshot manifests computed, newest last (a joining node asks for the same one several times;
     /// computing one walks every leaf of the trie).
     manifests: Mutex<std::collections::VecDeque<(ManifestKey, Arc<Vec<u8>>)>>,
+    /// The subtrees this node holds as a shard behind a router (all 256 otherwise): writes outside them are
+    /// refused.
+    shard: crate::sharding::PrefixSet,
     /// Test-only: the write stage at which `write_block` panics.
     #[cfg(test)]
     pub(crate) panic_at: Mutex<Option<WriteStage>>,
@@ -212,6 +215,7 @@ impl Node {
             wedged: OnceLock::new(),
             tiers: None,
             manifests: Mutex::new(Default::default()),
+            shard: crate::sharding::PrefixSet::ALL,
             #[cfg(test)]
             panic_at: Mutex::new(None),
         })
@@ -229,6 +233,34 @@ impl Node {
         tiers.start_mover();
         self.tiers = Some(tiers);
         self
+    }
+
+    /// The node as a shard holding the subtrees `prefixes` (SPEC.md §3.4's first page level): writes of keys
+    /// outside them are refused with `wrong_shard`, so that a misrouted write never lands in the wrong store.
+    pub fn with_shard(mut self, prefixes: crate::sharding::PrefixSet) -> Node {
+        self.shard = prefixes;
+        self
+    }
+
+    /// The non-empty subtrees at depth 2 of every trie at `version` (default latest), with the subtrees this
+    /// node holds.
+    pub fn shard_tops(&self, version: Option<Version>) -> Result<ShardTopsResponse, ApiError> {
+        let store = self.reader().snapshot();
+        let v = Self::resolve(&store, version)?;
+        let mut tries = Vec::new();
+        for tid in store.tries() {
+            if let Some(tops) = store.subtree_tops(tid, v)? {
+                tries.push(TrieTops {
+                    tid,
+                    tops: crate::sharding::tops_json(&tops),
+                });
+            }
+        }
+        Ok(ShardTopsResponse {
+            prefixes: self.shard.to_string(),
+            version: v,
+            tries,
+        })
     }
 
     /// The tiers' status, if the node is tiered.
@@ -369,6 +401,13 @@ impl Node {
                 .as_deref()
                 .map(|v| hex_field(v, &format!("writes[{i}].value")))
                 .transpose()?;
+            let path = letus_verify::KeyPath::of(&key);
+            if !self.shard.holds(&path) {
+                return Err(ApiError::WrongShard(format!(
+                    "writes[{i}]: its key is in subtree {:02x}; this shard holds {}",
+                    path.0[0], self.shard
+                )));
+            }
             writes.push((w.tid, key, value));
         }
         let block = req
@@ -692,27 +731,7 @@ impl Node {
         tid: u32,
         req: MultiProofRequest,
     ) -> Result<MultiProofResponse, ApiError> {
-        if req.keys.is_empty() {
-            return Err(ApiError::BadRequest("`keys` is empty".into()));
-        }
-        if req.keys.len() > self.limits.max_proof_keys {
-            return Err(ApiError::TooLarge(format!(
-                "{} keys; a multi-proof takes 1 to {}",
-                req.keys.len(),
-                self.limits.max_proof_keys
-            )));
-        }
-        let keys: Vec<Vec<u8>> = req
-            .keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| hex_field(k, &format!("keys[{i}]")))
-            .collect::<Result<_, _>>()?;
-        let mut seen: Vec<KeyPath> = keys.iter().map(|k| KeyPath::of(k)).collect();
-        seen.sort();
-        if seen.windows(2).any(|w| w[0] == w[1]) {
-            return Err(ApiError::BadRequest("the same key appears twice".into()));
-        }
+        let keys = proof_keys(&req, &self.limits)?;
         let store = self.reader().snapshot();
         let v = Self::resolve(&store, req.version)?;
         let digest = trie_digest(&store, tid, v)?;
@@ -895,6 +914,35 @@ impl Node {
             store.latest_version(),
         ))
     }
+}
+
+/// The keys of a multi-proof request, decoded and checked: 1 to `max_proof_keys` of them, each once.
+pub(crate) fn proof_keys(
+    req: &MultiProofRequest,
+    limits: &NodeLimits,
+) -> Result<Vec<Vec<u8>>, ApiError> {
+    if req.keys.is_empty() {
+        return Err(ApiError::BadRequest("`keys` is empty".into()));
+    }
+    if req.keys.len() > limits.max_proof_keys {
+        return Err(ApiError::TooLarge(format!(
+            "{} keys; a multi-proof takes 1 to {}",
+            req.keys.len(),
+            limits.max_proof_keys
+        )));
+    }
+    let keys: Vec<Vec<u8>> = req
+        .keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| hex_field(k, &format!("keys[{i}]")))
+        .collect::<Result<_, _>>()?;
+    let mut seen: Vec<KeyPath> = keys.iter().map(|k| KeyPath::of(k)).collect();
+    seen.sort();
+    if seen.windows(2).any(|w| w[0] == w[1]) {
+        return Err(ApiError::BadRequest("the same key appears twice".into()));
+    }
+    Ok(keys)
 }
 
 /// Why `v` is not a version of `store`: before the oldest it holds (it joined from a snapshot), or never written.

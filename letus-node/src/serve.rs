@@ -20,7 +20,7 @@ use serde::Deserialize;
 pub struct ServeArgs {
     /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_replay_millis,
     /// keep_versions, prune_garbage_ratio, vlog_gc_garbage, max_traceable_blocks, block_segment_bytes, max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
-    /// max_concurrent_reads, shutdown_timeout_secs).
+    /// max_concurrent_reads, shutdown_timeout_secs, shard_prefixes).
     #[arg(long, env = "LETUS_CONFIG")]
     pub config: Option<PathBuf>,
     /// Data directory.
@@ -92,6 +92,12 @@ pub struct ServeArgs {
     /// Size at which the value log starts a new file (default 256 MiB); only sealed files move between tiers.
     #[arg(long, env = "LETUS_VDLS_FILE_BYTES")]
     pub vdls_file_bytes: Option<u64>,
+    /// Run as a shard behind a sharding router (`letus route`), holding the subtrees whose keys' paths start with
+    /// these bytes: two-digit hex prefixes and ranges, e.g. `00-3f` or `00-3f,80`. Writes of other keys are
+    /// refused (`wrong_shard`). Give shard `i` of `n` the `i`-th of `n` equal ranges of 00-ff, in the order of the
+    /// router's `--shard` flags.
+    #[arg(long, env = "LETUS_SHARD_PREFIXES")]
+    pub shard_prefixes: Option<String>,
     /// The storage tiers.
     #[command(flatten)]
     pub tiers: TierFlags,
@@ -234,6 +240,7 @@ struct FileConfig {
     max_concurrent_reads: Option<usize>,
     shutdown_timeout_secs: Option<u64>,
     vdls_file_bytes: Option<u64>,
+    shard_prefixes: Option<String>,
     warm_dir: Option<PathBuf>,
     cold_bucket: Option<String>,
     cold_endpoint: Option<String>,
@@ -268,6 +275,8 @@ pub struct Config {
     pub tiers: Option<letus_core::storage::tiered::TierConfig>,
     /// Join from these sources when the data directory holds no store; follow them (forever with `true`).
     pub join: Option<(letus_node::join::JoinConfig, bool)>,
+    /// The subtrees the node holds as a shard (all of them when not a shard).
+    pub shard: Option<letus_node::sharding::PrefixSet>,
 }
 
 impl ServeArgs {
@@ -395,7 +404,15 @@ impl ServeArgs {
             .or(file.data.clone())
             .unwrap_or_else(|| "letus-data".into());
         let tiers = self.tiers.resolve(&file, &data)?;
+        let shard = self
+            .shard_prefixes
+            .as_deref()
+            .or(file.shard_prefixes.as_deref())
+            .map(letus_node::sharding::PrefixSet::parse)
+            .transpose()
+            .map_err(|e| format!("shard prefixes: {e}"))?;
         Ok(Config {
+            shard,
             static_dirs,
             join: self.join.resolve()?,
             tiers,
@@ -591,6 +608,9 @@ pub fn serve_until(
     if let Some(t) = tiers {
         node = node.with_tiers(t);
     }
+    if let Some(p) = cfg.shard {
+        node = node.with_shard(p);
+    }
     let node = Arc::new(node);
     let stop_following = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let follower = cfg.join.as_ref().map(|(j, forever)| {
@@ -648,6 +668,85 @@ pub fn serve_until(
         Ok(node) => node.close().map_err(|e| e.to_string()),
         Err(_) => Ok(()),
     }
+}
+
+/// Options of `letus route`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct RouteArgs {
+    /// The router's data directory (the roots of every version it committed, and the version being committed).
+    #[arg(long, env = "LETUS_DATA")]
+    pub data: PathBuf,
+    /// Address to listen on.
+    #[arg(long, env = "LETUS_LISTEN", default_value = "127.0.0.1:7878")]
+    pub listen: String,
+    /// A shard's base URL (repeatable, at least one): shard `i` of `n` must run with `--shard-prefixes` the
+    /// `i`-th of `n` equal ranges of 00-ff (two shards: 00-7f and 80-ff), which the router checks at start.
+    #[arg(long = "shard", required = true)]
+    pub shards: Vec<String>,
+    /// Bearer token of writes, the router's and the shards' (default: read from DATA/token, or generated and
+    /// printed at first start; the shards must be started with the same token).
+    #[arg(long, env = "LETUS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Largest request body in bytes.
+    #[arg(long, env = "LETUS_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Seconds to wait at start for every shard to answer (default 30).
+    #[arg(long, default_value_t = 30)]
+    pub connect_timeout_secs: u64,
+}
+
+/// `letus route`: a sharding router in front of shard nodes, until SIGINT/SIGTERM.
+pub fn run_route(args: RouteArgs) -> Result<ExitCode, String> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    std::fs::create_dir_all(&args.data)
+        .map_err(|e| format!("creating {}: {e}", args.data.display()))?;
+    let (tok, generated) = token(&args.data, args.token.clone())?;
+    let mut limits = NodeLimits::default();
+    if let Some(b) = args.max_body_bytes {
+        limits.max_body_bytes = b;
+    }
+    let listen: SocketAddr = args
+        .listen
+        .parse()
+        .map_err(|e| format!("listen address `{}`: {e}", args.listen))?;
+    let router =
+        letus_node::sharding::router::Router::open(letus_node::sharding::router::RouterConfig {
+            data: args.data.clone(),
+            shards: args.shards.clone(),
+            token: tok.clone(),
+            limits,
+            connect_timeout: Duration::from_secs(args.connect_timeout_secs),
+        })?;
+    let app = letus_node::sharding::http::app(Arc::new(router));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        println!(
+            "letus router on http://{addr} over {} shards (data: {})",
+            args.shards.len(),
+            args.data.display()
+        );
+        if generated {
+            println!(
+                "write token (saved in {}): {tok}",
+                args.data.join("token").display()
+            );
+        }
+        letus_node::http::serve(listener, app, ServerSettings::default(), shutdown_signal()).await;
+        Ok::<(), String>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn shutdown_signal() {

@@ -71,6 +71,7 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
             get(snapshot_chunk),
         )
         .route("/v1/tries/{tid}/changes", get(changes))
+        .route("/v1/shard/tops", get(shard_tops))
         .route("/v1/tiers", get(tiers))
         .route("/v1/admin/prune", post(prune))
         .fallback(|| async { ApiError::NotFound })
@@ -115,7 +116,7 @@ async fn track(State(s): State<AppState>, req: Request, next: Next) -> Response 
 }
 
 /// Runs blocking store work off the async threads.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)
@@ -184,7 +185,7 @@ impl Drop for InlineRead<'_> {
     }
 }
 
-fn parse_json<T: for<'de> Deserialize<'de>>(
+pub(crate) fn parse_json<T: for<'de> Deserialize<'de>>(
     body: Result<Bytes, BytesRejection>,
     limit: usize,
 ) -> Result<T, ApiError> {
@@ -209,23 +210,23 @@ fn parse_json<T: for<'de> Deserialize<'de>>(
 }
 
 /// A path parameter that axum could not extract (e.g. a percent-escape that is not UTF-8) is a JSON 400 too.
-fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
+pub(crate) fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
     p.map(|Path(t)| t)
         .map_err(|e| ApiError::BadRequest(format!("bad path: {}", e.body_text())))
 }
 
-fn tid_param(s: &str) -> Result<u32, ApiError> {
+pub(crate) fn tid_param(s: &str) -> Result<u32, ApiError> {
     s.parse()
         .map_err(|_| ApiError::BadRequest(format!("trie id `{s}` is not a u32")))
 }
 
-fn version_param(s: &str) -> Result<u64, ApiError> {
+pub(crate) fn version_param(s: &str) -> Result<u64, ApiError> {
     s.parse()
         .map_err(|_| ApiError::BadRequest(format!("version `{s}` is not a decimal u64")))
 }
 
 /// Constant-time comparison of the presented token with the configured one.
-fn authorized(headers: &HeaderMap, token: &str) -> bool {
+pub(crate) fn authorized(headers: &HeaderMap, token: &str) -> bool {
     let Some(given) = headers
         .get(header::AUTHORIZATION)
         .and_then(|h| h.to_str().ok())
@@ -256,14 +257,24 @@ async fn write_block(
 }
 
 #[derive(Deserialize)]
-struct VersionQuery {
+pub(crate) struct VersionQuery {
     version: Option<String>,
 }
 
 impl VersionQuery {
-    fn get(&self) -> Result<Option<u64>, ApiError> {
+    pub(crate) fn get(&self) -> Result<Option<u64>, ApiError> {
         self.version.as_deref().map(version_param).transpose()
     }
+}
+
+async fn shard_tops(
+    State(s): State<AppState>,
+    q: Result<Query<VersionQuery>, QueryRejection>,
+) -> Result<Json<ShardTopsResponse>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let v = q.get()?;
+    let node = s.node.clone();
+    Ok(Json(read(&s.node, move || node.shard_tops(v)).await?))
 }
 
 async fn digest_latest(State(s): State<AppState>) -> Result<Json<DigestsResponse>, ApiError> {
@@ -281,7 +292,7 @@ async fn digest_at(
 }
 
 #[derive(Deserialize)]
-struct RangeQuery {
+pub(crate) struct RangeQuery {
     from: Option<String>,
     to: Option<String>,
     version: Option<String>,
@@ -290,7 +301,7 @@ struct RangeQuery {
 }
 
 /// Parses the optional history-route parameters: a required version, an optional upper version, the trie id.
-fn range(
+pub(crate) fn range(
     q: Result<Query<RangeQuery>, QueryRejection>,
     required: &str,
 ) -> Result<(u32, u64, Option<u64>), ApiError> {
@@ -332,9 +343,9 @@ async fn inclusion(
 }
 
 #[derive(Deserialize)]
-struct FrontierQuery {
-    version: Option<String>,
-    tid: Option<String>,
+pub(crate) struct FrontierQuery {
+    pub(crate) version: Option<String>,
+    pub(crate) tid: Option<String>,
 }
 
 async fn frontier(
@@ -364,7 +375,7 @@ async fn value(
 }
 
 #[derive(Deserialize)]
-struct HistoryQuery {
+pub(crate) struct HistoryQuery {
     proofs: Option<String>,
     limit: Option<String>,
     before: Option<String>,
@@ -376,8 +387,22 @@ async fn history(
     q: Result<Query<HistoryQuery>, QueryRejection>,
 ) -> Result<Json<HistoryResponse>, ApiError> {
     let (tid, key) = path(p)?;
-    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let tid = tid_param(&tid)?;
+    let (proofs, limit, before) = history_query(q)?;
+    let node = s.node.clone();
+    Ok(Json(
+        read(&s.node, move || {
+            node.history(tid, &key, proofs, limit, before)
+        })
+        .await?,
+    ))
+}
+
+/// The parameters of `GET .../history`: `proofs`, `limit`, `before`.
+pub(crate) fn history_query(
+    q: Result<Query<HistoryQuery>, QueryRejection>,
+) -> Result<(bool, Option<usize>, Option<u64>), ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let proofs = match q.proofs.as_deref() {
         None | Some("false") => false,
         Some("true") => true,
@@ -396,13 +421,7 @@ async fn history(
         })
         .transpose()?;
     let before = q.before.as_deref().map(version_param).transpose()?;
-    let node = s.node.clone();
-    Ok(Json(
-        read(&s.node, move || {
-            node.history(tid, &key, proofs, limit, before)
-        })
-        .await?,
-    ))
+    Ok((proofs, limit, before))
 }
 
 /// `GET /v1/tries/{tid}/keys/`: the empty key (a path segment cannot be empty).

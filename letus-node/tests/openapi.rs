@@ -277,6 +277,9 @@ async fn every_documented_status_of_every_route_is_produced() {
             "version_not_found",
         ),
         case("GET", "/v1/digest/frontier?version=2", 200, ""),
+        case("GET", "/v1/shard/tops?version=2", 200, ""),
+        case("GET", "/v1/shard/tops?version=x", 400, "bad_request"),
+        case("GET", "/v1/shard/tops?version=99", 404, "version_not_found"),
         case("GET", "/v1/digest/frontier?version=x", 400, "bad_request"),
         case("GET", "/v1/tiers", 400, "bad_request"),
         case(

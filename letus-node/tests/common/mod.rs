@@ -14,35 +14,42 @@ pub fn serve(data: &Path, token: &str) -> (Child, String) {
 
 /// [`serve`] with more flags.
 pub fn serve_with(data: &Path, token: &str, flags: &[&str]) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_letus"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            token,
-            "--data",
-        ])
-        .arg(data)
-        .args(flags)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--token",
+        token,
+        "--data",
+    ])
+    .arg(data)
+    .args(flags);
+    spawn_server(cmd)
+}
+
+/// Runs a `letus` server command (`serve`, `route`) that prints its URL on its first line: the running child and
+/// that URL.
+pub fn spawn_server(mut cmd: Command) -> (Child, String) {
+    let mut child = cmd
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn letus serve");
+        .expect("spawn letus");
     let mut line = String::new();
     BufReader::new(child.stdout.take().expect("piped stdout"))
         .read_line(&mut line)
-        .expect("the node's first line");
+        .expect("the server's first line");
     let mut stderr = child.stderr.take().expect("piped stderr");
     let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) else {
-        // The node stopped before serving: what it said is the diagnosis.
+        // The server stopped before serving: what it said is the diagnosis.
         let mut why = String::new();
         let _ = std::io::Read::read_to_string(&mut stderr, &mut why);
-        panic!("the node did not print its URL (first line {line:?}); its stderr: {why}");
+        panic!("the server did not print its URL (first line {line:?}); its stderr: {why}");
     };
     let url = url.to_string();
-    // The node's log is drained so that it never blocks on a full pipe.
+    // The server's log is drained so that it never blocks on a full pipe.
     std::thread::spawn(move || {
         let _ = std::io::copy(&mut stderr, &mut std::io::sink());
     });

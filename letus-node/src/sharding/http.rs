@@ -1,0 +1,209 @@
+//! The router's HTTP API: the routes of a node that a router can answer for the whole sharded state, with the
+//! node's request limits, body deadline and panic handling. Routes over a whole trie (exports, snapshots,
+//! changes) and a node's own administration answer `501 not_sharded`.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router as Routes};
+
+use super::router::Router;
+use crate::api::*;
+use crate::error::ApiError;
+use crate::server::{
+    authorized, blocking, history_query, parse_json, path, range, tid_param, version_param,
+    FrontierQuery, HistoryQuery, RangeQuery, VersionQuery,
+};
+
+type S = State<Arc<Router>>;
+
+/// The router's API.
+pub fn app(router: Arc<Router>) -> axum::Router {
+    let not_sharded = |what: &'static str| move || async move { ApiError::NotSharded(what) };
+    let limit = router.limits.max_body_bytes;
+    Routes::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/v1/blocks", post(write_block))
+        .route("/v1/blocks/{version}", get(block))
+        .route("/v1/digest", get(digest_latest))
+        .route("/v1/digest/consistency", get(consistency))
+        .route("/v1/digest/inclusion", get(inclusion))
+        .route("/v1/digest/frontier", get(frontier))
+        .route("/v1/digest/{version}", get(digest_at))
+        .route("/v1/tries/{tid}/keys/", get(value_of_empty_key))
+        .route("/v1/tries/{tid}/keys/{key}", get(value))
+        .route("/v1/tries/{tid}/keys/{key}/history", get(history))
+        .route("/v1/tries/{tid}/value", post(value_post))
+        .route("/v1/tries/{tid}/history", post(history_post))
+        .route("/v1/tries/{tid}/proofs", post(multi_proof))
+        .route("/v1/tries/{tid}/export", get(not_sharded("exports")))
+        .route("/v1/tries/{tid}/snapshot", get(not_sharded("snapshots")))
+        .route(
+            "/v1/tries/{tid}/snapshot/chunks/{index}",
+            get(not_sharded("snapshots")),
+        )
+        .route("/v1/tries/{tid}/changes", get(not_sharded("changes")))
+        .route("/v1/shard/tops", get(not_sharded("tops")))
+        .route("/v1/tiers", get(not_sharded("tiers")))
+        .route("/v1/admin/prune", post(not_sharded("pruning")))
+        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(
+            router.clone(),
+            body_deadline,
+        ))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            |panic: Box<dyn std::any::Any + Send>| {
+                let what = crate::node::panic_message(&*panic);
+                ApiError::Internal(format!("a handler panicked: {what}")).into_response()
+            },
+        ))
+        .with_state(router)
+}
+
+async fn body_deadline(State(r): S, req: Request, next: Next) -> Response {
+    let limit = r.limits.body_timeout;
+    next.run(req.map(|b| Body::new(crate::http::DeadlineBody::new(b, limit))))
+        .await
+}
+
+/// Runs a router call, which waits on the shards, off the async threads.
+async fn call<T: Send + 'static>(
+    r: &Arc<Router>,
+    f: impl FnOnce(&Router) -> Result<T, ApiError> + Send + 'static,
+) -> Result<Json<T>, ApiError> {
+    let r = r.clone();
+    blocking(move || f(&r)).await.map(Json)
+}
+
+async fn write_block(State(r): S, req: Request) -> Result<Json<DigestsResponse>, ApiError> {
+    // The token before any byte of the body, as on a node.
+    if !authorized(req.headers(), &r.token) {
+        return Err(ApiError::Unauthorized);
+    }
+    let body = Bytes::from_request(req, &()).await;
+    let req: BlockRequest = parse_json(body, r.limits.max_body_bytes)?;
+    call(&r, move |r| r.write_block(req)).await
+}
+
+async fn block(
+    State(r): S,
+    v: Result<Path<String>, PathRejection>,
+) -> Result<Json<BlockResponse>, ApiError> {
+    let v = version_param(&path(v)?)?;
+    call(&r, move |r| r.block(v)).await
+}
+
+async fn digest_latest(State(r): S) -> Result<Json<DigestsResponse>, ApiError> {
+    call(&r, |r| r.digests(None)).await
+}
+
+async fn digest_at(
+    State(r): S,
+    v: Result<Path<String>, PathRejection>,
+) -> Result<Json<DigestsResponse>, ApiError> {
+    let v = version_param(&path(v)?)?;
+    call(&r, move |r| r.digests(Some(v))).await
+}
+
+async fn consistency(
+    State(r): S,
+    q: Result<Query<RangeQuery>, QueryRejection>,
+) -> Result<Json<ConsistencyResponse>, ApiError> {
+    let (tid, from, to) = range(q, "from")?;
+    call(&r, move |r| r.consistency(tid, from, to)).await
+}
+
+async fn inclusion(
+    State(r): S,
+    q: Result<Query<RangeQuery>, QueryRejection>,
+) -> Result<Json<InclusionResponse>, ApiError> {
+    let (tid, version, at) = range(q, "version")?;
+    call(&r, move |r| r.inclusion(tid, version, at)).await
+}
+
+async fn frontier(
+    State(r): S,
+    q: Result<Query<FrontierQuery>, QueryRejection>,
+) -> Result<Json<FrontierResponse>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let tid = q.tid.as_deref().map(tid_param).transpose()?.unwrap_or(0);
+    let version = q.version.as_deref().map(version_param).transpose()?;
+    call(&r, move |r| r.frontier(tid, version)).await
+}
+
+async fn value(
+    State(r): S,
+    p: Result<Path<(String, String)>, PathRejection>,
+    q: Result<Query<VersionQuery>, QueryRejection>,
+) -> Result<Json<ValueResponse>, ApiError> {
+    let (tid, key) = path(p)?;
+    let tid = tid_param(&tid)?;
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let v = q.get()?;
+    call(&r, move |r| r.value(tid, &key, v)).await
+}
+
+async fn value_of_empty_key(
+    State(r): S,
+    p: Result<Path<String>, PathRejection>,
+    q: Result<Query<VersionQuery>, QueryRejection>,
+) -> Result<Json<ValueResponse>, ApiError> {
+    let tid = tid_param(&path(p)?)?;
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let v = q.get()?;
+    call(&r, move |r| r.value(tid, "", v)).await
+}
+
+async fn value_post(
+    State(r): S,
+    p: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<ValueResponse>, ApiError> {
+    let tid = tid_param(&path(p)?)?;
+    let req: ValueRequest = parse_json(body, r.limits.max_body_bytes)?;
+    call(&r, move |r| r.value(tid, &req.key, req.version)).await
+}
+
+async fn history(
+    State(r): S,
+    p: Result<Path<(String, String)>, PathRejection>,
+    q: Result<Query<HistoryQuery>, QueryRejection>,
+) -> Result<Json<HistoryResponse>, ApiError> {
+    let (tid, key) = path(p)?;
+    let tid = tid_param(&tid)?;
+    let (proofs, limit, before) = history_query(q)?;
+    let req = HistoryRequest {
+        key,
+        proofs,
+        limit,
+        before,
+    };
+    call(&r, move |r| r.history(tid, req)).await
+}
+
+async fn history_post(
+    State(r): S,
+    p: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<HistoryResponse>, ApiError> {
+    let tid = tid_param(&path(p)?)?;
+    let req: HistoryRequest = parse_json(body, r.limits.max_body_bytes)?;
+    call(&r, move |r| r.history(tid, req)).await
+}
+
+async fn multi_proof(
+    State(r): S,
+    p: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<MultiProofResponse>, ApiError> {
+    let tid = tid_param(&path(p)?)?;
+    let req: MultiProofRequest = parse_json(body, r.limits.max_body_bytes)?;
+    call(&r, move |r| r.multi_proof(tid, req)).await
+}

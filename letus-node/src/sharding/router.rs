@@ -1,0 +1,893 @@
+//! The sharding router: the API of one node in front of shard nodes that hold the 256 subtrees between them.
+//!
+//! ## Commits
+//! A block at version `V` is split by subtree into one block per shard (every shard gets one, empty or not, so
+//! that every shard holds every version). Before any shard sees it, the split is written durably as the
+//! router's **pending decision** (`DIR/pending.json`): from then on version `V` is that block and no other. Then
+//! every shard commits its part; a node answers a block it already committed with the same content as a success,
+//! so sending the parts again is always safe. Once all have, the router reads the shards' tops at `V`, composes
+//! each trie's root, appends the roots to its roots log (FORMAT.md §3.1, fsynced) and answers.
+//!
+//! Crash points: before the decision is durable, no shard has `V` and the client's block was not acknowledged.
+//! After it, the decision rolls forward: a retry of the same block, or the next start of the router, sends the
+//! parts again and finishes `V`; a different block at `V` is a `version_conflict`. A shard that is down keeps the
+//! version in doubt (writes answer `shard_unavailable`, reads go on at the last finished version) until it is
+//! back. The roots log holds only finished versions, so every digest the router ever answered is in it.
+//!
+//! ## Reads
+//! A read resolves its version against the router's (finished) versions, asks the shards holding the keys for
+//! their values and proofs at exactly that version, rebuilds the proof against the composed root from the
+//! version's tops ([`letus_core::shard::Tops::prove`]), and checks it before answering: a shard that answers
+//! something that does not fit the root is reported as `shard_inconsistent`, never passed on.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use letus_core::roots_log::{RootEntry, RootsLog};
+use letus_core::shard::{below_top, Tops};
+use letus_verify::hex::encode as hex;
+use letus_verify::history::HistoryTree;
+use letus_verify::{Claim, Digest, Hash, KeyPath, Limits, Proof, Version};
+use serde::{Deserialize, Serialize};
+
+use super::{tops_from_json, PrefixSet};
+use crate::api::*;
+use crate::error::{hex_field, ApiError};
+use crate::node::NodeLimits;
+
+/// What the router is started with.
+#[derive(Clone, Debug)]
+pub struct RouterConfig {
+    /// The router's data directory (its roots log and pending decision).
+    pub data: PathBuf,
+    /// The shards' base URLs, in map order: shard `i` of `n` holds the subtrees `PrefixSet::part(i, n)`.
+    pub shards: Vec<String>,
+    /// The bearer token of writes, the router's and the shards'.
+    pub token: String,
+    /// Request limits, as a node's.
+    pub limits: NodeLimits,
+    /// How long to wait at start for every shard to answer.
+    pub connect_timeout: Duration,
+}
+
+struct Shard {
+    url: String,
+    prefixes: PrefixSet,
+}
+
+/// One trie's history of composed roots, from the version that created it.
+struct TrieHistory {
+    first: Version,
+    roots: Vec<Hash>,
+    history: HistoryTree,
+}
+
+impl TrieHistory {
+    fn index(&self, v: Version) -> Option<usize> {
+        let i = usize::try_from(v.checked_sub(self.first)?).ok()?;
+        (i < self.roots.len()).then_some(i)
+    }
+}
+
+/// The finished versions: `first..=latest`, every one with a root of every trie that existed then.
+#[derive(Default)]
+struct Finished {
+    first: Option<Version>,
+    latest: Option<Version>,
+    tries: BTreeMap<u32, TrieHistory>,
+}
+
+impl Finished {
+    fn push(&mut self, e: &RootEntry) -> Result<(), String> {
+        if let Some(l) = self.latest {
+            if e.version != l && Some(e.version) != l.checked_add(1) {
+                return Err(format!(
+                    "version {} follows {l}: versions must be consecutive",
+                    e.version
+                ));
+            }
+        }
+        let t = self.tries.entry(e.tid).or_insert_with(|| TrieHistory {
+            first: e.version,
+            roots: Vec::new(),
+            history: HistoryTree::new(),
+        });
+        if t.first + t.roots.len() as u64 != e.version {
+            return Err(format!(
+                "trie {} has no root at a version before {}, or two at it",
+                e.tid, e.version
+            ));
+        }
+        t.roots.push(e.root);
+        t.history
+            .push(letus_verify::hash::history_leaf(e.tid, e.version, &e.root));
+        self.first.get_or_insert(e.version);
+        self.latest = Some(e.version);
+        Ok(())
+    }
+
+    fn digest(&self, tid: u32, v: Version) -> Result<Digest, ApiError> {
+        let t = self.tries.get(&tid).ok_or(ApiError::UnknownTrie(tid))?;
+        let i = t.index(v).ok_or(ApiError::UnknownTrie(tid))?;
+        Ok(Digest {
+            tid,
+            version: v,
+            root: t.roots[i],
+            history_len: i as u64 + 1,
+            history_root: t
+                .history
+                .root_at(i as u64 + 1)
+                .ok_or_else(|| ApiError::Internal("history root".into()))?,
+        })
+    }
+
+    fn digests(&self, v: Version) -> Result<Vec<Digest>, ApiError> {
+        self.tries
+            .iter()
+            .filter(|(_, t)| t.index(v).is_some())
+            .map(|(tid, _)| self.digest(*tid, v))
+            .collect()
+    }
+
+    /// `version` if finished, the latest if `None`.
+    fn resolve(&self, version: Option<Version>) -> Result<Version, ApiError> {
+        let latest = self.latest.ok_or(ApiError::Empty)?;
+        match version {
+            None => Ok(latest),
+            Some(v) if self.first.is_some_and(|f| f <= v) && v <= latest => Ok(v),
+            Some(v) => Err(ApiError::VersionNotFound(v)),
+        }
+    }
+}
+
+/// The durable decision of the version being committed: each shard's part.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Pending {
+    version: Version,
+    parts: Vec<BlockRequest>,
+}
+
+struct Writer {
+    log: RootsLog,
+    /// A version decided but not finished (a shard failed): only the same block may be written next.
+    pending: Option<Pending>,
+}
+
+/// Tops of the versions read most recently, per trie.
+type VersionTops = Arc<BTreeMap<u32, Tops>>;
+
+/// Versions whose tops are kept in memory (the newest ones, which most reads ask for).
+const TOPS_CACHED: usize = 64;
+
+/// The router's state: the shard map, the finished versions, the writer.
+pub struct Router {
+    shards: Vec<Shard>,
+    agent: ureq::Agent,
+    /// The bearer token writes must carry (also sent to the shards).
+    pub token: String,
+    /// Request limits.
+    pub limits: NodeLimits,
+    dir: PathBuf,
+    writer: Mutex<Writer>,
+    finished: RwLock<Finished>,
+    tops: Mutex<VecDeque<(Version, VersionTops)>>,
+}
+
+/// Most bytes read from one shard answer.
+const MAX_ANSWER: u64 = 256 << 20;
+
+fn shard_err(url: &str, e: impl std::fmt::Display) -> ApiError {
+    ApiError::ShardUnavailable(format!("{url}: {e}"))
+}
+
+impl Router {
+    /// Opens the router's directory, checks every shard's subtrees against the map, and finishes a version a
+    /// crash left decided but not finished.
+    pub fn open(cfg: RouterConfig) -> Result<Router, String> {
+        let n = cfg.shards.len();
+        if n == 0 || n > 256 {
+            return Err(format!(
+                "{n} shards: a router needs 1 to 256 (one per subtree at most)"
+            ));
+        }
+        std::fs::create_dir_all(&cfg.data)
+            .map_err(|e| format!("creating {}: {e}", cfg.data.display()))?;
+        let (log, entries) = RootsLog::open_all(&letus_core::storage::Local, &cfg.data)
+            .map_err(|e| format!("the router's roots log: {e}"))?;
+        let mut finished = Finished::default();
+        for e in &entries {
+            finished
+                .push(e)
+                .map_err(|m| format!("the router's roots log: {m}"))?;
+        }
+        let pending = read_pending(&cfg.data)?;
+        let router = Router {
+            shards: cfg
+                .shards
+                .iter()
+                .enumerate()
+                .map(|(i, url)| Shard {
+                    url: url.trim_end_matches('/').to_string(),
+                    prefixes: PrefixSet::part(i, n),
+                })
+                .collect(),
+            agent: ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_secs(60)))
+                .build()
+                .into(),
+            token: cfg.token,
+            limits: cfg.limits,
+            dir: cfg.data,
+            writer: Mutex::new(Writer { log, pending: None }),
+            finished: RwLock::new(finished),
+            tops: Mutex::new(VecDeque::new()),
+        };
+        let latest = router.finished().latest;
+        let pending = pending.filter(|p| latest.is_none_or(|l| p.version > l));
+        router.check_shards(cfg.connect_timeout, pending.as_ref().map(|p| p.version))?;
+        if let Some(p) = pending {
+            tracing::info!(
+                version = p.version,
+                "finishing the version decided before the restart"
+            );
+            let mut w = router.writer.lock().map_err(|_| "poisoned")?;
+            w.pending = Some(p.clone());
+            router
+                .finish(&mut w, p)
+                .map_err(|e| format!("finishing the pending version: {e:?}"))?;
+        }
+        Ok(router)
+    }
+
+    fn finished(&self) -> std::sync::RwLockReadGuard<'_, Finished> {
+        self.finished
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Every shard answers, holds the subtrees the map gives it, and holds every version the router finished and
+    /// none past them but the `pending` one (a shard behind would have lost acknowledged versions; one further
+    /// ahead was written without this router's decisions, or the router's roots log lost some).
+    fn check_shards(&self, wait: Duration, pending: Option<Version>) -> Result<(), String> {
+        let deadline = std::time::Instant::now() + wait;
+        let latest = self.finished().latest;
+        for s in &self.shards {
+            let info = loop {
+                match self.get_json::<ShardTopsResponse>(&s.url, "/v1/shard/tops") {
+                    Ok(t) => break Some(t),
+                    Err(ApiError::Upstream { detail, .. })
+                        if detail.code == "version_not_found" =>
+                    {
+                        break None
+                    }
+                    Err(e) if std::time::Instant::now() >= deadline => {
+                        return Err(format!("shard {}: {e:?}", s.url))
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                }
+            };
+            let shard_latest = info.as_ref().map(|t| t.version);
+            if let Some(t) = &info {
+                let holds =
+                    PrefixSet::parse(&t.prefixes).map_err(|e| format!("shard {}: {e}", s.url))?;
+                if holds != s.prefixes {
+                    return Err(format!(
+                        "shard {} holds the subtrees {holds}; the map gives it {}",
+                        s.url, s.prefixes
+                    ));
+                }
+            }
+            if shard_latest > pending.or(latest) {
+                return Err(format!(
+                    "shard {} is at version {shard_latest:?}, ahead of the router's {latest:?} with no decision of \
+                     this router for it",
+                    s.url
+                ));
+            }
+            if shard_latest < latest {
+                return Err(format!(
+                    "shard {} is at version {shard_latest:?}, behind the router's {latest:?}: it lost versions \
+                     the router acknowledged",
+                    s.url
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        base: &str,
+        path: &str,
+    ) -> Result<T, ApiError> {
+        let url = format!("{base}{path}");
+        read_answer(&url, self.agent.get(&url).call())
+    }
+
+    fn post_json<T: serde::de::DeserializeOwned>(
+        &self,
+        base: &str,
+        path: &str,
+        body: &impl Serialize,
+        auth: bool,
+    ) -> Result<T, ApiError> {
+        let url = format!("{base}{path}");
+        let mut req = self.agent.post(&url);
+        if auth {
+            req = req.header("Authorization", &format!("Bearer {}", self.token));
+        }
+        read_answer(&url, req.send_json(body))
+    }
+
+    fn owner(&self, prefix: u8) -> usize {
+        prefix as usize * self.shards.len() / 256
+    }
+
+    /// Runs `f` for every shard at once and collects the answers in shard order.
+    fn each_shard<T: Send>(
+        &self,
+        f: impl Fn(usize, &Shard) -> Result<T, ApiError> + Sync,
+    ) -> Vec<Result<T, ApiError>> {
+        self.on_shards(&(0..self.shards.len()).collect::<Vec<_>>(), f)
+    }
+
+    /// Runs `f` for the shards `which` at once (one alone on this thread) and collects the answers in order.
+    fn on_shards<T: Send>(
+        &self,
+        which: &[usize],
+        f: impl Fn(usize, &Shard) -> Result<T, ApiError> + Sync,
+    ) -> Vec<Result<T, ApiError>> {
+        if let [i] = which {
+            return vec![f(*i, &self.shards[*i])];
+        }
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = which
+                .iter()
+                .map(|&i| {
+                    let f = &f;
+                    let s = &self.shards[i];
+                    scope.spawn(move || f(i, s))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(ApiError::Internal("a shard call panicked".into())))
+                })
+                .collect()
+        })
+    }
+
+    // ---- writes ----
+
+    /// Commits a block on every shard (see the module documentation).
+    pub fn write_block(&self, req: BlockRequest) -> Result<DigestsResponse, ApiError> {
+        if req.writes.len() > self.limits.max_block_writes
+            || req.access_list.len() > self.limits.max_block_writes
+        {
+            return Err(ApiError::TooLarge(format!(
+                "{} writes and {} access-list keys; at most {} each per block",
+                req.writes.len(),
+                req.access_list.len(),
+                self.limits.max_block_writes
+            )));
+        }
+        if req.version == 0 {
+            return Err(ApiError::BadRequest("versions start at 1".into()));
+        }
+        let parts = self.split(&req)?;
+        let decision = Pending {
+            version: req.version,
+            parts,
+        };
+        let mut w = self
+            .writer
+            .lock()
+            .map_err(|_| ApiError::Internal("poisoned".into()))?;
+        let latest = self.finished().latest;
+        if let Some(p) = &w.pending {
+            if p.version != req.version {
+                return Err(ApiError::NotNext {
+                    got: req.version,
+                    expected: p.version,
+                });
+            }
+            if *p != decision {
+                return Err(ApiError::Conflict(req.version));
+            }
+        } else if latest.is_some_and(|l| req.version <= l) {
+            // A retry of a finished version: each shard compares its part with what it committed.
+            self.send_parts(&decision)?;
+            let f = self.finished();
+            return Ok(DigestsResponse {
+                version: req.version,
+                digests: f.digests(req.version)?,
+            });
+        } else if let Some(l) = latest {
+            if l.checked_add(1) != Some(req.version) {
+                return Err(ApiError::NotNext {
+                    got: req.version,
+                    expected: l + 1,
+                });
+            }
+        }
+        if w.pending.is_none() {
+            write_pending(&self.dir, &decision)
+                .map_err(|e| ApiError::Unavailable(format!("writing the decision: {e}")))?;
+            w.pending = Some(decision.clone());
+        }
+        self.finish(&mut w, decision)
+    }
+
+    /// The block's part for each shard: its writes and access-list keys in the shard's subtrees, in block order;
+    /// the raw block goes to shard 0 (which serves `GET /v1/blocks/{v}`).
+    fn split(&self, req: &BlockRequest) -> Result<Vec<BlockRequest>, ApiError> {
+        let mut parts: Vec<BlockRequest> = (0..self.shards.len())
+            .map(|i| BlockRequest {
+                version: req.version,
+                writes: Vec::new(),
+                block: if i == 0 { req.block.clone() } else { None },
+                access_list: Vec::new(),
+            })
+            .collect();
+        for (i, w) in req.writes.iter().enumerate() {
+            let key = hex_field(&w.key, &format!("writes[{i}].key"))?;
+            if let Some(v) = &w.value {
+                hex_field(v, &format!("writes[{i}].value"))?;
+            }
+            parts[self.owner(KeyPath::of(&key).0[0])]
+                .writes
+                .push(w.clone());
+        }
+        for (i, a) in req.access_list.iter().enumerate() {
+            let key = hex_field(&a.key, &format!("access_list[{i}].key"))?;
+            parts[self.owner(KeyPath::of(&key).0[0])]
+                .access_list
+                .push(a.clone());
+        }
+        Ok(parts)
+    }
+
+    fn send_parts(&self, d: &Pending) -> Result<(), ApiError> {
+        for r in self.each_shard(|i, s| {
+            self.post_json::<DigestsResponse>(&s.url, "/v1/blocks", &d.parts[i], true)
+        }) {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Sends a decided version's parts to every shard, composes its roots, appends them durably, publishes.
+    fn finish(&self, w: &mut Writer, d: Pending) -> Result<DigestsResponse, ApiError> {
+        self.send_parts(&d)?;
+        let v = d.version;
+        let tops = self.fetch_tops(v)?;
+        let mut entries = Vec::new();
+        {
+            let f = self.finished();
+            let tids: std::collections::BTreeSet<u32> =
+                f.tries.keys().chain(tops.keys()).copied().collect();
+            for tid in tids {
+                let root = tops.get(&tid).map_or(letus_verify::EMPTY, Tops::root);
+                entries.push(RootEntry {
+                    version: v,
+                    tid,
+                    root,
+                    page_version: 0,
+                });
+            }
+        }
+        for e in &entries {
+            w.log.push(e);
+        }
+        w.log
+            .sync()
+            .map_err(|e| ApiError::Unavailable(format!("the roots log: {e}")))?;
+        {
+            let mut f = self
+                .finished
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for e in &entries {
+                f.push(e).map_err(ApiError::Internal)?;
+            }
+        }
+        w.pending = None;
+        // The decision is finished: its file only matters while it is above the roots log.
+        let _ = std::fs::remove_file(self.dir.join(PENDING));
+        self.remember_tops(v, tops);
+        let f = self.finished();
+        Ok(DigestsResponse {
+            version: v,
+            digests: f.digests(v)?,
+        })
+    }
+
+    // ---- reads ----
+
+    /// Every trie's tops at `v`, merged over the shards (cached for the newest versions).
+    fn tops_at(&self, v: Version) -> Result<VersionTops, ApiError> {
+        if let Some((_, t)) = self
+            .tops
+            .lock()
+            .map_err(|_| ApiError::Internal("poisoned".into()))?
+            .iter()
+            .find(|(x, _)| *x == v)
+        {
+            return Ok(t.clone());
+        }
+        let t = self.fetch_tops(v)?;
+        self.remember_tops(v, t.clone());
+        Ok(t)
+    }
+
+    fn remember_tops(&self, v: Version, t: VersionTops) {
+        if let Ok(mut c) = self.tops.lock() {
+            c.retain(|(x, _)| *x != v);
+            c.push_back((v, t));
+            while c.len() > TOPS_CACHED {
+                c.pop_front();
+            }
+        }
+    }
+
+    fn fetch_tops(&self, v: Version) -> Result<VersionTops, ApiError> {
+        let answers = self.each_shard(|_, s| {
+            self.get_json::<ShardTopsResponse>(&s.url, &format!("/v1/shard/tops?version={v}"))
+        });
+        let mut per_trie: BTreeMap<u32, Vec<Tops>> = BTreeMap::new();
+        for (s, a) in self.shards.iter().zip(answers) {
+            let a = a?;
+            if a.version != v {
+                return Err(ApiError::ShardInconsistent(format!(
+                    "{} answered the tops of version {} for {v}",
+                    s.url, a.version
+                )));
+            }
+            for t in a.tries {
+                let tops = tops_from_json(&t.tops)
+                    .map_err(|e| ApiError::ShardInconsistent(format!("{}: {e}", s.url)))?;
+                if tops != tops.filter(|p| s.prefixes.contains(p)) {
+                    return Err(ApiError::ShardInconsistent(format!(
+                        "{} reports subtrees outside {}",
+                        s.url, s.prefixes
+                    )));
+                }
+                per_trie.entry(t.tid).or_default().push(tops);
+            }
+        }
+        let mut out = BTreeMap::new();
+        for (tid, parts) in per_trie {
+            let t = Tops::merge(parts).map_err(|e| ApiError::ShardInconsistent(e.to_string()))?;
+            out.insert(tid, t);
+        }
+        Ok(Arc::new(out))
+    }
+
+    /// Digests of every trie at `version` (default latest).
+    pub fn digests(&self, version: Option<Version>) -> Result<DigestsResponse, ApiError> {
+        let f = self.finished();
+        let v = f.resolve(version)?;
+        Ok(DigestsResponse {
+            version: v,
+            digests: f.digests(v)?,
+        })
+    }
+
+    /// The values of `keys` (unique) in trie `tid` at `v` and one proof for all of them against the composed
+    /// root, checked against it.
+    fn prove(&self, tid: u32, v: Version, keys: &[Vec<u8>]) -> Result<Proved, ApiError> {
+        let digest = self.finished().digest(tid, v)?;
+        let all = self.tops_at(v)?;
+        let empty = Tops::default();
+        let tops = all.get(&tid).unwrap_or(&empty);
+        // Keys by subtree, subtrees by shard: each shard is asked once per subtree, all shards at once.
+        let mut by_prefix: BTreeMap<u8, Vec<usize>> = BTreeMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            by_prefix.entry(KeyPath::of(k).0[0]).or_default().push(i);
+        }
+        let mut which: Vec<usize> = by_prefix.keys().map(|p| self.owner(*p)).collect();
+        which.dedup();
+        let answers = self.on_shards(&which, |si, s| {
+            let mut out = Vec::new();
+            for (prefix, idx) in by_prefix.iter().filter(|(p, _)| self.owner(**p) == si) {
+                let req = MultiProofRequest {
+                    keys: idx.iter().map(|i| hex(&keys[*i])).collect(),
+                    version: Some(v),
+                };
+                let path = format!("/v1/tries/{tid}/proofs");
+                let answer = match self.post_json::<MultiProofResponse>(&s.url, &path, &req, false)
+                {
+                    Ok(a) => Some(a),
+                    // The trie exists, but none of its keys ever were in this shard's subtrees.
+                    Err(ApiError::Upstream { detail, .. }) if detail.code == "unknown_trie" => None,
+                    Err(e) => return Err(e),
+                };
+                out.push((*prefix, answer));
+            }
+            Ok(out)
+        });
+        let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+        let mut below: BTreeMap<u8, Proof> = BTreeMap::new();
+        for a in answers {
+            for (prefix, answer) in a? {
+                let Some(answer) = answer else { continue };
+                let idx = &by_prefix[&prefix];
+                if answer.values.len() != idx.len() || answer.version != v {
+                    return Err(ApiError::ShardInconsistent(format!(
+                        "the answer for subtree {prefix:02x} does not match its request"
+                    )));
+                }
+                for (i, value) in idx.iter().zip(answer.values) {
+                    values[*i] = value
+                        .map(|x| hex_field(&x, "a shard's value"))
+                        .transpose()
+                        .map_err(|_| ApiError::ShardInconsistent("a value is not hex".into()))?;
+                }
+                let bytes = hex_field(&answer.proof_hex, "proof_hex")
+                    .map_err(|_| ApiError::ShardInconsistent("a proof is not hex".into()))?;
+                let proof = Proof::decode(&bytes, &Limits::default())
+                    .map_err(|e| ApiError::ShardInconsistent(format!("a shard's proof: {e}")))?;
+                below.insert(prefix, proof);
+            }
+        }
+        let mut paths: Vec<KeyPath> = keys.iter().map(|k| KeyPath::of(k)).collect();
+        paths.sort();
+        let proof = tops.prove(&paths, |prefix, _| {
+            let p = below.remove(&prefix).ok_or_else(|| {
+                ApiError::ShardInconsistent(format!(
+                    "subtree {prefix:02x} is a branch, but its shard has no such trie"
+                ))
+            })?;
+            below_top(p).map_err(|e| ApiError::ShardInconsistent(e.to_string()))
+        })?;
+        let claims: Vec<Claim<'_>> = keys
+            .iter()
+            .zip(&values)
+            .map(|(k, v)| Claim {
+                key: k,
+                value: v.as_deref(),
+            })
+            .collect();
+        let _checked =
+            letus_verify::verify_multi_proof(&digest.root, &claims, &proof, &Limits::default())
+                .map_err(|e| {
+                    ApiError::ShardInconsistent(format!(
+                        "the composed proof does not verify against the root of version {v}: {e}"
+                    ))
+                })?;
+        Ok(Proved {
+            values,
+            proof,
+            digest,
+        })
+    }
+
+    /// A value and its proof.
+    pub fn value(
+        &self,
+        tid: u32,
+        key_hex: &str,
+        version: Option<Version>,
+    ) -> Result<ValueResponse, ApiError> {
+        let key = hex_field(key_hex, "key")?;
+        let v = self.finished().resolve(version)?;
+        let Proved {
+            mut values,
+            proof,
+            digest,
+        } = self.prove(tid, v, std::slice::from_ref(&key))?;
+        Ok(ValueResponse {
+            tid,
+            version: v,
+            key: hex(&key),
+            value: values.pop().flatten().as_deref().map(hex),
+            proof_hex: hex(&proof.encode()),
+            proof: proof.to_json_value(),
+            digest,
+        })
+    }
+
+    /// A batch multi-proof.
+    pub fn multi_proof(
+        &self,
+        tid: u32,
+        req: MultiProofRequest,
+    ) -> Result<MultiProofResponse, ApiError> {
+        let keys = crate::node::proof_keys(&req, &self.limits)?;
+        let v = self.finished().resolve(req.version)?;
+        let Proved {
+            values,
+            proof,
+            digest,
+        } = self.prove(tid, v, &keys)?;
+        Ok(MultiProofResponse {
+            tid,
+            version: v,
+            keys: keys.iter().map(|k| hex(k)).collect(),
+            values: values.iter().map(|x| x.as_deref().map(hex)).collect(),
+            proof_hex: hex(&proof.encode()),
+            proof: proof.to_json_value(),
+            digest,
+        })
+    }
+
+    /// A key's history from the shard holding it; with proofs, each rebuilt against the composed root of its
+    /// version.
+    pub fn history(&self, tid: u32, req: HistoryRequest) -> Result<HistoryResponse, ApiError> {
+        let key = hex_field(&req.key, "key")?;
+        let s = &self.shards[self.owner(KeyPath::of(&key).0[0])];
+        let latest = self.finished().latest.ok_or(ApiError::Empty)?;
+        let mut answer: HistoryResponse =
+            self.post_json(&s.url, &format!("/v1/tries/{tid}/history"), &req, false)?;
+        // Entries the shard committed after the router's last finished version are not answered yet.
+        answer.entries.retain(|e| e.version <= latest);
+        if req.proofs {
+            for e in &mut answer.entries {
+                let Proved {
+                    mut values,
+                    proof,
+                    digest,
+                } = self.prove(tid, e.version, std::slice::from_ref(&key))?;
+                if values.pop().flatten().as_deref().map(hex) != e.value {
+                    return Err(ApiError::ShardInconsistent(format!(
+                        "the history's value at version {} is not the value there",
+                        e.version
+                    )));
+                }
+                e.proof_hex = Some(hex(&proof.encode()));
+                e.digest = Some(digest);
+            }
+        }
+        Ok(answer)
+    }
+
+    /// A raw block, from shard 0, which stores them.
+    pub fn block(&self, version: Version) -> Result<BlockResponse, ApiError> {
+        if self.finished().latest.is_none_or(|l| version > l) {
+            return Err(ApiError::BlockNotFound(version));
+        }
+        self.get_json(&self.shards[0].url, &format!("/v1/blocks/{version}"))
+    }
+
+    /// History consistency proof between two finished versions of a trie.
+    pub fn consistency(
+        &self,
+        tid: u32,
+        from: Version,
+        to: Option<Version>,
+    ) -> Result<ConsistencyResponse, ApiError> {
+        let f = self.finished();
+        let to = f.resolve(to)?;
+        if from > to {
+            return Err(ApiError::BadRequest("`from` must not be above `to`".into()));
+        }
+        let (a, b) = (f.digest(tid, from)?, f.digest(tid, to)?);
+        let t = &f.tries[&tid];
+        let proof = t
+            .history
+            .consistency_proof(a.history_len, b.history_len)
+            .ok_or(ApiError::VersionNotFound(from))?;
+        Ok(ConsistencyResponse {
+            tid,
+            from: a,
+            to: b,
+            proof_hex: proof
+                .encode()
+                .map(|b| hex(&b))
+                .map_err(|e| ApiError::Internal(e.to_string()))?,
+            proof,
+        })
+    }
+
+    /// History inclusion proof: (version, root) is in the history at `at`.
+    pub fn inclusion(
+        &self,
+        tid: u32,
+        version: Version,
+        at: Option<Version>,
+    ) -> Result<InclusionResponse, ApiError> {
+        let f = self.finished();
+        let at = f.resolve(at)?;
+        if version > at {
+            return Err(ApiError::BadRequest(
+                "`version` must not be above `at`".into(),
+            ));
+        }
+        let (d, a) = (f.digest(tid, version)?, f.digest(tid, at)?);
+        let proof = f.tries[&tid]
+            .history
+            .inclusion_proof(d.history_len - 1, a.history_len)
+            .ok_or(ApiError::VersionNotFound(version))?;
+        Ok(InclusionResponse {
+            tid,
+            version,
+            at: a,
+            root: d.root,
+            proof_hex: proof
+                .encode()
+                .map(|b| hex(&b))
+                .map_err(|e| ApiError::Internal(e.to_string()))?,
+            proof,
+        })
+    }
+
+    /// The frontier of trie `tid`'s history just before `version` (default latest).
+    pub fn frontier(
+        &self,
+        tid: u32,
+        version: Option<Version>,
+    ) -> Result<FrontierResponse, ApiError> {
+        let f = self.finished();
+        let v = f.resolve(version)?;
+        let d = f.digest(tid, v)?;
+        let frontier = f.tries[&tid]
+            .history
+            .frontier_at(d.history_len - 1)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok(FrontierResponse::new(tid, v, frontier))
+    }
+}
+
+/// Values of keys at a version, with their proof against the composed root and that root's digest.
+struct Proved {
+    values: Vec<Option<Vec<u8>>>,
+    proof: Proof,
+    digest: Digest,
+}
+
+/// Reads a shard's answer: its JSON on success, its error passed on as it is, anything else
+/// `shard_unavailable`.
+fn read_answer<T: serde::de::DeserializeOwned>(
+    url: &str,
+    res: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+) -> Result<T, ApiError> {
+    let mut res = res.map_err(|e| shard_err(url, e))?;
+    let status = res.status();
+    let body = res
+        .body_mut()
+        .with_config()
+        .limit(MAX_ANSWER)
+        .read_to_vec()
+        .map_err(|e| shard_err(url, format!("reading the answer: {e}")))?;
+    if !status.is_success() {
+        return Err(match serde_json::from_slice::<ErrorBody>(&body) {
+            Ok(b) => ApiError::Upstream {
+                status: axum::http::StatusCode::from_u16(status.as_u16())
+                    .unwrap_or(axum::http::StatusCode::BAD_GATEWAY),
+                detail: b.error,
+            },
+            Err(_) => shard_err(url, format!("answered {status}")),
+        });
+    }
+    serde_json::from_slice(&body)
+        .map_err(|e| ApiError::ShardInconsistent(format!("{url}: not the documented JSON: {e}")))
+}
+
+const PENDING: &str = "pending.json";
+
+fn read_pending(dir: &Path) -> Result<Option<Pending>, String> {
+    let path = dir.join(PENDING);
+    match std::fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// Writes the decision durably: a temporary file, fsync, rename, fsync of the directory.
+fn write_pending(dir: &Path, p: &Pending) -> std::io::Result<()> {
+    let tmp = dir.join("pending.json.tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&serde_json::to_vec(p).map_err(std::io::Error::other)?)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(PENDING))?;
+    std::fs::File::open(dir)?.sync_all()
+}

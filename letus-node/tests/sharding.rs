@@ -1,0 +1,360 @@
+//! Subtree sharding with real processes (issue: sharding). One `letus serve` holding everything is the reference;
+//! routers over 1, 2, 4 and 16 shard processes take the same payment chain and must answer the same digests,
+//! values, multi-proofs, histories with proofs and history proofs, byte for byte, at every version. A shard that
+//! is down keeps a version in doubt; once it is back, a retry of the block (or the router's next start) finishes
+//! that version with the reference's roots.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command};
+
+use common::{agent, post_block, serve_with, spawn_server};
+use letus_node::api::{BlockRequest, WriteOp};
+use letus_node::sharding::PrefixSet;
+use letus_verify::hex::encode as hex;
+use serde_json::{json, Value};
+
+const TOKEN: &str = "shard-token";
+const ACCOUNTS: u64 = 3_000;
+const SMALL: &[&str] = &["--memory-budget-bytes", "33554432"];
+
+fn get(url: &str) -> (u16, Value) {
+    let mut res = agent().get(url).call().unwrap();
+    let status = res.status().as_u16();
+    (status, res.body_mut().read_json().unwrap_or(Value::Null))
+}
+
+fn post(url: &str, body: &Value) -> (u16, Value) {
+    let mut res = agent().post(url).send_json(body).unwrap();
+    let status = res.status().as_u16();
+    (status, res.body_mut().read_json().unwrap_or(Value::Null))
+}
+
+fn account(i: u64) -> String {
+    hex(format!("account-{i:08}").as_bytes())
+}
+
+/// The chain: accounts created in blocks of 1,000 in trie 0; then blocks of transfers, some closing accounts;
+/// trie 1 holds a handful of keys (most subtrees empty, single keys hoisted to the top levels), and one block
+/// writes nothing.
+fn chain() -> Vec<BlockRequest> {
+    let mut rng = letus_workload::Rng::new(11);
+    let mut blocks = Vec::new();
+    let op = |tid, key: String, value: Option<String>| WriteOp { tid, key, value };
+    for start in (0..ACCOUNTS).step_by(1_000) {
+        let v = blocks.len() as u64 + 1;
+        blocks.push(BlockRequest {
+            version: v,
+            writes: (start..start + 1_000)
+                .map(|i| op(0, account(i), Some(hex(b"balance 100"))))
+                .collect(),
+            block: Some(hex(format!("raw block {v}").as_bytes())),
+            access_list: vec![],
+        });
+    }
+    for b in 0..24u64 {
+        let v = blocks.len() as u64 + 1;
+        let mut writes = BTreeMap::new();
+        if b != 7 {
+            for _ in 0..100 {
+                let a = rng.hot_account(ACCOUNTS);
+                writes.insert(
+                    account(a),
+                    Some(hex(format!("balance {}", rng.below(1_000_000)).as_bytes())),
+                );
+            }
+            writes.insert(account(rng.below(ACCOUNTS)), None);
+        }
+        let mut writes: Vec<WriteOp> = writes.into_iter().map(|(k, v)| op(0, k, v)).collect();
+        if b % 5 == 0 {
+            writes.push(op(
+                1,
+                hex(format!("meta-{b}").as_bytes()),
+                Some(hex(&[b as u8])),
+            ));
+        }
+        if b == 15 {
+            writes.push(op(1, hex(b"meta-0"), None));
+        }
+        blocks.push(BlockRequest {
+            version: v,
+            access_list: writes
+                .iter()
+                .take(10)
+                .map(|w| letus_node::api::AccessKey {
+                    tid: w.tid,
+                    key: w.key.clone(),
+                })
+                .collect(),
+            writes,
+            block: Some(hex(format!("raw block {v}").as_bytes())),
+        });
+    }
+    blocks
+}
+
+struct Cluster {
+    shards: Vec<(Child, String)>,
+    router: Child,
+    url: String,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.router.kill();
+        for (c, _) in &mut self.shards {
+            let _ = c.kill();
+        }
+    }
+}
+
+fn start_shard(dir: &Path, i: usize, n: usize) -> (Child, String) {
+    let prefixes = PrefixSet::part(i, n).to_string();
+    let mut flags = vec!["--shard-prefixes", prefixes.as_str()];
+    flags.extend_from_slice(SMALL);
+    serve_with(&dir.join(format!("shard-{i}")), TOKEN, &flags)
+}
+
+fn start_router(dir: &Path, shards: &[String]) -> (Child, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
+    cmd.args([
+        "route",
+        "--listen",
+        "127.0.0.1:0",
+        "--token",
+        TOKEN,
+        "--data",
+    ])
+    .arg(dir.join("router"));
+    for s in shards {
+        cmd.args(["--shard", s]);
+    }
+    spawn_server(cmd)
+}
+
+/// SIGKILLs the router and starts it again over the shards as they are now.
+fn restart_router(c: &mut Cluster, dir: &Path) {
+    let _ = c.router.kill();
+    let _ = c.router.wait();
+    let urls: Vec<String> = c.shards.iter().map(|(_, u)| u.clone()).collect();
+    (c.router, c.url) = start_router(dir, &urls);
+}
+
+fn start_cluster(dir: &Path, n: usize) -> Cluster {
+    let shards: Vec<(Child, String)> = (0..n).map(|i| start_shard(dir, i, n)).collect();
+    let urls: Vec<String> = shards.iter().map(|(_, u)| u.clone()).collect();
+    let (router, url) = start_router(dir, &urls);
+    Cluster {
+        shards,
+        router,
+        url,
+    }
+}
+
+/// Every read the router offers, against the reference, at `versions`.
+fn same_answers(reference: &str, router: &str, versions: &[u64]) {
+    let mut keys: Vec<String> = (0..ACCOUNTS).step_by(97).map(account).collect();
+    keys.push(account(ACCOUNTS + 5)); // never written
+    keys.push(String::new()); // the empty key
+    let (mut values_ok, mut proofs_ok) = (0, 0);
+    for &v in versions {
+        for path in [
+            format!("/v1/digest/{v}"),
+            format!("/v1/blocks/{v}"),
+            format!("/v1/digest/inclusion?version={v}"),
+            format!("/v1/digest/consistency?from={v}"),
+            format!("/v1/digest/frontier?version={v}"),
+            format!("/v1/digest/inclusion?tid=1&version={}", v.max(4)),
+        ] {
+            assert_eq!(
+                get(&format!("{reference}{path}")),
+                get(&format!("{router}{path}")),
+                "{path}"
+            );
+        }
+        for tid in [0, 1] {
+            for k in &keys {
+                let body = json!({"key": k, "version": v});
+                let path = format!("/v1/tries/{tid}/value");
+                let want = post(&format!("{reference}{path}"), &body);
+                values_ok += usize::from(want.0 == 200 && !want.1["value"].is_null());
+                assert_eq!(
+                    want,
+                    post(&format!("{router}{path}"), &body),
+                    "trie {tid} key {k} at {v}"
+                );
+            }
+            for batch in keys.chunks(9) {
+                let body = json!({"keys": batch.iter().filter(|k| !k.is_empty()).collect::<Vec<_>>(), "version": v});
+                let path = format!("/v1/tries/{tid}/proofs");
+                let want = post(&format!("{reference}{path}"), &body);
+                proofs_ok += usize::from(want.0 == 200);
+                assert_eq!(
+                    want,
+                    post(&format!("{router}{path}"), &body),
+                    "multi-proof at {v}"
+                );
+            }
+        }
+    }
+    // Not only errors compared: most reads found their keys.
+    assert!(
+        values_ok > keys.len() * versions.len() / 2,
+        "{values_ok} values found"
+    );
+    assert!(
+        proofs_ok >= versions.len(),
+        "{proofs_ok} multi-proofs answered"
+    );
+    for k in keys.iter().take(5) {
+        let path = format!("/v1/tries/0/keys/{k}/history?proofs=true&limit=20");
+        if k.is_empty() {
+            continue;
+        }
+        assert_eq!(
+            get(&format!("{reference}{path}")),
+            get(&format!("{router}{path}")),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        get(&format!("{reference}/v1/digest")),
+        get(&format!("{router}/v1/digest"))
+    );
+}
+
+#[test]
+fn routers_over_1_2_4_and_16_shards_answer_what_one_node_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut reference, ref_url) = serve_with(&dir.path().join("reference"), TOKEN, SMALL);
+    let blocks = chain();
+    for b in &blocks {
+        let (status, _) = post_block(&ref_url, TOKEN, b);
+        assert_eq!(status, 200);
+    }
+    let last = blocks.len() as u64;
+    for n in [1usize, 2, 4, 16] {
+        let d = dir.path().join(format!("cluster-{n}"));
+        let cluster = start_cluster(&d, n);
+        for b in &blocks {
+            let want = get(&format!("{ref_url}/v1/digest/{}", b.version)).1;
+            let got = post_block(&cluster.url, TOKEN, b);
+            assert_eq!(got, (200, want), "block {} over {n} shards", b.version);
+        }
+        same_answers(&ref_url, &cluster.url, &[1, 3, 4, 12, last]);
+
+        // A retried block is acknowledged again; a different block at a finished version is a conflict.
+        let again = post_block(&cluster.url, TOKEN, &blocks[5]);
+        assert_eq!(again.0, 200, "{again:?}");
+        let mut other = blocks[5].clone();
+        other.block = Some(hex(b"another block"));
+        assert_eq!(
+            post_block(&cluster.url, TOKEN, &other).1["error"]["code"],
+            "version_conflict"
+        );
+        // A shard refuses a write of a key it does not hold; the router does not offer whole-trie routes.
+        if n > 1 {
+            let mut stray = blocks[0].clone();
+            stray.version = last + 1;
+            let (status, body) = post_block(&cluster.shards[1].1, TOKEN, &stray);
+            assert_eq!(
+                (status, body["error"]["code"].as_str()),
+                (400, Some("wrong_shard")),
+                "{body}"
+            );
+        }
+        assert_eq!(get(&format!("{}/v1/tries/0/export", cluster.url)).0, 501);
+    }
+    let _ = reference.kill();
+}
+
+#[test]
+fn a_version_a_shard_missed_is_finished_by_a_retry_or_by_the_routers_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut reference, ref_url) = serve_with(&dir.path().join("reference"), TOKEN, SMALL);
+    let blocks = chain();
+    for b in &blocks {
+        assert_eq!(post_block(&ref_url, TOKEN, b).0, 200);
+    }
+    let d = dir.path().join("cluster");
+    let mut c = start_cluster(&d, 4);
+    let digest = |v: u64| get(&format!("{ref_url}/v1/digest/{v}")).1;
+    for b in &blocks[..5] {
+        assert_eq!(post_block(&c.url, TOKEN, b), (200, digest(b.version)));
+    }
+    // Shard 2 goes down: block 6 commits on the others and stays in doubt.
+    let _ = c.shards[2].0.kill();
+    let _ = c.shards[2].0.wait();
+    let (status, body) = post_block(&c.url, TOKEN, &blocks[5]);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (502, Some("shard_unavailable")),
+        "{body}"
+    );
+    // Reads go on at the last finished version; the next block and a different block 6 are refused.
+    assert_eq!(get(&format!("{}/v1/digest", c.url)).1, digest(5));
+    assert_eq!(
+        post_block(&c.url, TOKEN, &blocks[6]).1["error"]["code"],
+        "version_not_next"
+    );
+    let mut other = blocks[5].clone();
+    other.block = Some(hex(b"another block"));
+    assert_eq!(
+        post_block(&c.url, TOKEN, &other).1["error"]["code"],
+        "version_conflict"
+    );
+    // Back up (same store, new port: the router is restarted on the new map below), a retry finishes it.
+    c.shards[2] = start_shard(&d, 2, 4);
+    // The router restarts while version 6 is in doubt: it finishes it before serving.
+    restart_router(&mut c, &d);
+    assert_eq!(get(&format!("{}/v1/digest", c.url)).1, digest(6));
+    assert_eq!(post_block(&c.url, TOKEN, &blocks[5]), (200, digest(6)));
+    // Now a shard that is down at the retry: the retry fails, then succeeds once it is back.
+    let _ = c.shards[0].0.kill();
+    let _ = c.shards[0].0.wait();
+    assert_eq!(post_block(&c.url, TOKEN, &blocks[6]).0, 502);
+    c.shards[0] = start_shard(&d, 0, 4);
+    restart_router(&mut c, &d);
+    for b in &blocks[6..] {
+        assert_eq!(
+            post_block(&c.url, TOKEN, b),
+            (200, digest(b.version)),
+            "block {}",
+            b.version
+        );
+    }
+    same_answers(&ref_url, &c.url, &[5, 6, 7, blocks.len() as u64]);
+    // SIGKILLed and restarted, the router answers the same from its roots log.
+    restart_router(&mut c, &d);
+    same_answers(&ref_url, &c.url, &[1, blocks.len() as u64]);
+    // A router without these decisions (another directory) refuses shards that are ahead of it, and a map that
+    // does not match what the shards hold.
+    let urls: Vec<String> = c.shards.iter().map(|(_, u)| u.clone()).collect();
+    let refused = |dir: &Path, shards: &[String]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
+        cmd.args([
+            "route",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            TOKEN,
+            "--data",
+        ])
+        .arg(dir);
+        for s in shards {
+            cmd.args(["--shard", s]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let why = refused(&d.join("other-router"), &urls);
+    assert!(why.contains("ahead of the router"), "{why}");
+    let mut swapped = urls.clone();
+    swapped.swap(0, 1);
+    let why = refused(&d.join("router"), &swapped);
+    assert!(why.contains("the map gives it"), "{why}");
+    let _ = reference.kill();
+}
