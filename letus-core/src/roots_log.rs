@@ -122,6 +122,14 @@ impl RootsLog {
         ))
     }
 
+    /// Cuts the file after its first `entries` entries (fsynced), dropping anything buffered: the next append goes
+    /// there.
+    pub fn cut_to(&mut self, entries: usize) -> Result<()> {
+        self.buf.clear();
+        let end = HEADER_LEN + (entries * ENTRY_LEN) as u64;
+        self.file.cut(end).map_err(|e| Error::io(&self.path, e))
+    }
+
     /// Writes buffered entries and fsyncs the file.
     pub fn sync(&mut self) -> Result<()> {
         self.write()?;

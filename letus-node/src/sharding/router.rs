@@ -109,9 +109,19 @@ impl Finished {
         Ok(())
     }
 
+    /// The digest of `tid` at `v`; a trie that did not exist yet at `v` is `unknown_trie`, as on a node.
     fn digest(&self, tid: u32, v: Version) -> Result<Digest, ApiError> {
+        self.history_digest(tid, v).map_err(|e| match e {
+            ApiError::VersionNotFound(_) => ApiError::UnknownTrie(tid),
+            e => e,
+        })
+    }
+
+    /// [`Finished::digest`] for the history routes, which answer a version before the trie's first one as
+    /// `version_not_found`, as a node's history proofs do.
+    fn history_digest(&self, tid: u32, v: Version) -> Result<Digest, ApiError> {
         let t = self.tries.get(&tid).ok_or(ApiError::UnknownTrie(tid))?;
-        let i = t.index(v).ok_or(ApiError::UnknownTrie(tid))?;
+        let i = t.index(v).ok_or(ApiError::VersionNotFound(v))?;
         Ok(Digest {
             tid,
             version: v,
@@ -142,6 +152,10 @@ impl Finished {
         }
     }
 }
+
+/// The `root_page_version` of the entry that closes a version in the router's roots log (its `tid` is the number
+/// of entries it closes): the router's own entries have 0 there.
+const VERSION_END: u64 = u64::MAX;
 
 /// The durable decision of the version being committed: each shard's part.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,10 +209,32 @@ impl Router {
         }
         std::fs::create_dir_all(&cfg.data)
             .map_err(|e| format!("creating {}: {e}", cfg.data.display()))?;
-        let (log, entries) = RootsLog::open_all(&letus_core::storage::Local, &cfg.data)
+        let (mut log, entries) = RootsLog::open_all(&letus_core::storage::Local, &cfg.data)
             .map_err(|e| format!("the router's roots log: {e}"))?;
+        // A version counts once its closing entry is in (a crash inside the append may have left a part of its
+        // entries): the rest is cut, and the pending decision finishes that version again.
+        let whole = entries
+            .iter()
+            .rposition(|e| e.page_version == VERSION_END)
+            .map_or(0, |i| i + 1);
+        if whole < entries.len() {
+            log.cut_to(whole)
+                .map_err(|e| format!("the router's roots log: {e}"))?;
+        }
         let mut finished = Finished::default();
-        for e in &entries {
+        let mut group = 0;
+        for e in &entries[..whole] {
+            if e.page_version == VERSION_END {
+                if e.tid as usize != group {
+                    return Err(format!(
+                        "the router's roots log: version {} closes {} entries, not {group}",
+                        e.version, e.tid
+                    ));
+                }
+                group = 0;
+                continue;
+            }
+            group += 1;
             finished
                 .push(e)
                 .map_err(|m| format!("the router's roots log: {m}"))?;
@@ -485,6 +521,12 @@ impl Router {
         for e in &entries {
             w.log.push(e);
         }
+        w.log.push(&RootEntry {
+            version: v,
+            tid: entries.len() as u32,
+            root: letus_verify::EMPTY,
+            page_version: VERSION_END,
+        });
         w.log
             .sync()
             .map_err(|e| ApiError::Unavailable(format!("the roots log: {e}")))?;
@@ -767,7 +809,7 @@ impl Router {
         if from > to {
             return Err(ApiError::BadRequest("`from` must not be above `to`".into()));
         }
-        let (a, b) = (f.digest(tid, from)?, f.digest(tid, to)?);
+        let (a, b) = (f.history_digest(tid, from)?, f.history_digest(tid, to)?);
         let t = &f.tries[&tid];
         let proof = t
             .history
@@ -799,7 +841,7 @@ impl Router {
                 "`version` must not be above `at`".into(),
             ));
         }
-        let (d, a) = (f.digest(tid, version)?, f.digest(tid, at)?);
+        let (d, a) = (f.history_digest(tid, version)?, f.history_digest(tid, at)?);
         let proof = f.tries[&tid]
             .history
             .inclusion_proof(d.history_len - 1, a.history_len)
@@ -825,7 +867,7 @@ impl Router {
     ) -> Result<FrontierResponse, ApiError> {
         let f = self.finished();
         let v = f.resolve(version)?;
-        let d = f.digest(tid, v)?;
+        let d = f.history_digest(tid, v)?;
         let frontier = f.tries[&tid]
             .history
             .frontier_at(d.history_len - 1)
