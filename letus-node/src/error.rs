@@ -79,6 +79,8 @@ pub enum ApiError {
         /// The shard's error.
         detail: crate::api::ErrorDetail,
     },
+    /// A router that lost its lease in etcd: another router leads the cluster now.
+    Fenced,
     /// A route a router does not offer (yet): ask a shard directly.
     NotSharded(&'static str),
     /// Anything else (I/O, corruption): logged, reported without details that could leak paths.
@@ -115,6 +117,7 @@ impl ApiError {
             ApiError::ShardInconsistent(_) => (StatusCode::BAD_GATEWAY, "shard_inconsistent"),
             ApiError::Upstream { status, .. } => (*status, "upstream"),
             ApiError::NotSharded(_) => (StatusCode::NOT_IMPLEMENTED, "not_sharded"),
+            ApiError::Fenced => (StatusCode::SERVICE_UNAVAILABLE, "fenced"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -164,6 +167,7 @@ impl ApiError {
             ApiError::ShardUnavailable(m) => format!("a shard failed: {m}"),
             ApiError::ShardInconsistent(m) => format!("the shards' answers do not fit together: {m}"),
             ApiError::Upstream { detail, .. } => detail.message.clone(),
+            ApiError::Fenced => "this router's lease in etcd ended: another router leads the cluster; write there".into(),
             ApiError::NotSharded(route) => format!(
                 "a sharding router does not offer {route}; ask the shard that holds the keys"
             ),

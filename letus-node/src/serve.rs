@@ -679,10 +679,22 @@ pub struct RouteArgs {
     /// Address to listen on.
     #[arg(long, env = "LETUS_LISTEN", default_value = "127.0.0.1:7878")]
     pub listen: String,
-    /// A shard's base URL (repeatable, at least one): shard `i` of `n` must run with `--shard-prefixes` the
-    /// `i`-th of `n` equal ranges of 00-ff (two shards: 00-7f and 80-ff), which the router checks at start.
-    #[arg(long = "shard", required = true)]
+    /// A shard's base URL (repeatable; required unless etcd holds the cluster's map): shard `i` of `n` must run
+    /// with `--shard-prefixes` the `i`-th of `n` equal ranges of 00-ff (two shards: 00-7f and 80-ff), which the
+    /// router checks at start.
+    #[arg(long = "shard")]
     pub shards: Vec<String>,
+    /// Coordinate through the etcd at this client URL: the shard map, one leading router at a time under a
+    /// lease, and each version's decision, so that a router that dies is replaced by a waiting one (started with
+    /// the same `--etcd` and `--cluster`), which finishes what it left. A router whose lease ended writes nothing.
+    #[arg(long, env = "LETUS_ETCD")]
+    pub etcd: Option<String>,
+    /// The cluster's name in etcd (its keys are under /letus/NAME/).
+    #[arg(long, default_value = "default")]
+    pub cluster: String,
+    /// Seconds of the leader's lease in etcd: how long after a router stops a waiting one takes over.
+    #[arg(long, default_value_t = 5)]
+    pub lease_secs: u64,
     /// Bearer token of writes, the router's and the shards' (default: read from DATA/token, or generated and
     /// printed at first start; the shards must be started with the same token).
     #[arg(long, env = "LETUS_TOKEN", hide_env_values = true)]
@@ -721,8 +733,19 @@ pub fn run_route(args: RouteArgs) -> Result<ExitCode, String> {
             token: tok.clone(),
             limits,
             connect_timeout: Duration::from_secs(args.connect_timeout_secs),
+            etcd: args
+                .etcd
+                .clone()
+                .map(|url| letus_node::sharding::router::EtcdConfig {
+                    url,
+                    cluster: args.cluster.clone(),
+                    lease_secs: args.lease_secs,
+                }),
         })?;
-    let app = letus_node::sharding::http::app(Arc::new(router));
+    let router = Arc::new(router);
+    let app = letus_node::sharding::http::app(router.clone());
+    let shards = router.shard_count();
+    let watched = router.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -734,7 +757,7 @@ pub fn run_route(args: RouteArgs) -> Result<ExitCode, String> {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         println!(
             "letus router on http://{addr} over {} shards (data: {})",
-            args.shards.len(),
+            shards,
             args.data.display()
         );
         if generated {
@@ -743,9 +766,24 @@ pub fn run_route(args: RouteArgs) -> Result<ExitCode, String> {
                 args.data.join("token").display()
             );
         }
-        letus_node::http::serve(listener, app, ServerSettings::default(), shutdown_signal()).await;
+        // A router whose lease ended stops: another leads the cluster, and this one's view ends where it lost it.
+        let fenced = {
+            let r = watched;
+            async move {
+                while !r.is_fenced() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        letus_node::http::serve(listener, app, ServerSettings::default(), async move {
+            tokio::select! { _ = shutdown_signal() => {}, _ = fenced => {} }
+        })
+        .await;
         Ok::<(), String>(())
     })?;
+    if router.is_fenced() {
+        return Err("this router's lease in etcd ended: another router leads the cluster".into());
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -557,3 +557,198 @@ fn shards_and_routers_killed_at_random_lose_no_acknowledged_version() {
     }
     same_answers(&ref_url, &url, &[1, last / 2, last]);
 }
+
+/// etcd (Debian's `etcd-server`) on free ports of 127.0.0.1, its data under `dir`; returns once it answers.
+fn start_etcd(dir: &Path) -> (Killed, String) {
+    let (client, peer) = (free_port(), free_port());
+    let url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new("etcd")
+        .arg("--data-dir")
+        .arg(dir.join("etcd"))
+        .args([
+            "--listen-client-urls",
+            &url,
+            "--advertise-client-urls",
+            &url,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer_url,
+            "--initial-advertise-peer-urls",
+            &peer_url,
+        ])
+        .args(["--initial-cluster", &format!("default={peer_url}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("etcd (Debian's etcd-server; scripts/test-all.sh installs it)");
+    let etcd = Killed(child);
+    for _ in 0..200 {
+        if let Ok(r) = agent()
+            .post(format!("{url}/v3/kv/range"))
+            .send_json(json!({"key": "eA=="}))
+        {
+            if r.status() == 200 {
+                return (etcd, url);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("etcd did not answer at {url}");
+}
+
+fn route_cmd(data: &Path, etcd: &str, shards: &[String]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
+    cmd.args([
+        "route",
+        "--listen",
+        "127.0.0.1:0",
+        "--token",
+        TOKEN,
+        "--data",
+    ])
+    .arg(data)
+    .args(["--etcd", etcd, "--cluster", "test", "--lease-secs", "2"]);
+    for s in shards {
+        cmd.args(["--shard", s]);
+    }
+    cmd
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig}");
+}
+
+/// Through etcd: a router SIGKILLed with a version in doubt is replaced by a waiting router, which holds nothing
+/// of its own yet: it takes the shard map from etcd, composes the roots of the versions the first one finished
+/// from the shards, and finishes the version from the decision in etcd. A router stopped (SIGSTOP) past its lease
+/// is replaced the same way, and once it runs again it writes nothing: its lease is gone, so its decision's write
+/// fails, and it stops.
+#[test]
+fn a_router_that_dies_or_stalls_is_replaced_through_etcd() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let (_etcd, etcd) = start_etcd(&d);
+    let (reference, ref_url) = serve_with(&d.join("reference"), TOKEN, SMALL);
+    let _reference = Killed(reference);
+    let blocks = chain();
+    // The reference takes each block just before the cluster does, so that both answer `latest` alike.
+    let mut reference_at = 0;
+    let mut digest = |v: u64| {
+        while reference_at < v {
+            reference_at += 1;
+            assert_eq!(
+                post_block(&ref_url, TOKEN, &blocks[reference_at as usize - 1]).0,
+                200
+            );
+        }
+        get(&format!("{ref_url}/v1/digest/{v}")).1
+    };
+    let ports = [free_port(), free_port()];
+    let urls: Vec<String> = ports
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{p}"))
+        .collect();
+    let shard = |i: usize| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
+        cmd.args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{}", ports[i]),
+            "--token",
+            TOKEN,
+        ])
+        .args([
+            "--shard-prefixes",
+            &PrefixSet::part(i, 2).to_string(),
+            "--data",
+        ])
+        .arg(d.join(format!("shard-{i}")))
+        .args(SMALL);
+        Killed(spawn_server(cmd).0)
+    };
+    let mut shards = [shard(0), shard(1)];
+
+    // Router A: stores the shard map, leads, writes versions 1-5; version 6 is in doubt when it is SIGKILLed.
+    let (a, a_url) = spawn_server(route_cmd(&d.join("router-a"), &etcd, &urls));
+    let mut a = Killed(a);
+    for b in &blocks[..5] {
+        assert_eq!(post_block(&a_url, TOKEN, b), (200, digest(b.version)));
+    }
+    let _ = shards[1].0.kill();
+    let _ = shards[1].0.wait();
+    digest(6);
+    assert_eq!(post_block(&a_url, TOKEN, &blocks[5]).0, 502);
+    let _ = a.0.kill();
+    let _ = a.0.wait();
+    shards[1] = shard(1);
+
+    // Router B, a new directory and no --shard flags: takes over once A's lease ends.
+    let (b, b_url) = spawn_server(route_cmd(&d.join("router-b"), &etcd, &[]));
+    let b = Killed(b);
+    assert_eq!(get(&format!("{b_url}/v1/digest")).1, digest(6));
+    assert_eq!(post_block(&b_url, TOKEN, &blocks[5]), (200, digest(6)));
+    for blk in &blocks[6..15] {
+        assert_eq!(post_block(&b_url, TOKEN, blk), (200, digest(blk.version)));
+    }
+    same_answers(&ref_url, &b_url, &[1, 6, 15]);
+
+    // Router C waits while B leads; B stops (SIGSTOP) past its lease and C takes over.
+    let waiting = {
+        let cmd = route_cmd(&d.join("router-c"), &etcd, &urls);
+        std::thread::spawn(move || spawn_server(cmd))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        !waiting.is_finished(),
+        "C must wait while B holds the lease"
+    );
+    signal(&b.0, "-STOP");
+    let (c, c_url) = waiting.join().unwrap();
+    let _c = Killed(c);
+    assert_eq!(get(&format!("{c_url}/v1/digest")).1, digest(15));
+    signal(&b.0, "-CONT");
+    // B writes nothing more: its write fails on its own (`fenced`) or B has stopped already.
+    let mut b = b;
+    if let Ok(mut res) = agent()
+        .post(format!("{b_url}/v1/blocks"))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .send_json(&blocks[15])
+    {
+        let body: Value = res.body_mut().read_json().unwrap_or(Value::Null);
+        assert_eq!(
+            (res.status().as_u16(), &body["error"]["code"]),
+            (503, &json!("fenced")),
+            "{body}"
+        );
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = b.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B did not stop after losing its lease"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(!status.success());
+    for blk in &blocks[15..] {
+        assert_eq!(post_block(&c_url, TOKEN, blk), (200, digest(blk.version)));
+    }
+    let last = blocks.len() as u64;
+    same_answers(&ref_url, &c_url, &[1, 6, 15, last]);
+    // A router whose --shard flags are not the map in etcd is refused.
+    let out = route_cmd(&d.join("router-d"), &etcd, &urls[..1])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("shard map in etcd"));
+}

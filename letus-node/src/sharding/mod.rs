@@ -9,6 +9,7 @@
 //!   digests and history proofs). Reads go to the shard holding the key, at the router's version, and their
 //!   proofs are rebuilt against the composed root and checked before they are answered.
 
+pub mod etcd;
 pub mod http;
 pub mod router;
 

@@ -23,6 +23,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -33,6 +34,7 @@ use letus_verify::history::HistoryTree;
 use letus_verify::{Claim, Digest, Hash, KeyPath, Limits, Proof, Version};
 use serde::{Deserialize, Serialize};
 
+use super::etcd::Etcd;
 use super::{tops_from_json, PrefixSet};
 use crate::api::*;
 use crate::error::{hex_field, ApiError};
@@ -51,6 +53,169 @@ pub struct RouterConfig {
     pub limits: NodeLimits,
     /// How long to wait at start for every shard to answer.
     pub connect_timeout: Duration,
+    /// Coordinate through etcd (the shard map, one leader at a time, its decisions) instead of this directory
+    /// alone.
+    pub etcd: Option<EtcdConfig>,
+}
+
+/// Where a router keeps the shard map and its decisions in etcd.
+#[derive(Clone, Debug)]
+pub struct EtcdConfig {
+    /// etcd's client URL.
+    pub url: String,
+    /// The cluster's name: its keys are under `/letus/{cluster}/`.
+    pub cluster: String,
+    /// The leader's lease, in seconds: a router that stops renewing it (dead, stopped, cut off) is replaced by a
+    /// waiting one this long after, and can write no decision from then on.
+    pub lease_secs: u64,
+}
+
+/// The leadership of a router coordinated through etcd: `/letus/{cluster}/leader` held under its lease, and the
+/// revision it was created at, which every decision's write compares (a router whose lease expired can write no
+/// decision, even if it does not know yet).
+struct Coordinator {
+    etcd: Etcd,
+    prefix: String,
+    lease: i64,
+    leader_revision: i64,
+    fenced: Arc<AtomicBool>,
+}
+
+impl Coordinator {
+    fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// The shard map (stored by the first router of the cluster from its `--shard` flags), then the leadership,
+    /// waiting while another router holds it.
+    fn start(cfg: &EtcdConfig, flags: &[String]) -> Result<(Coordinator, Vec<String>), String> {
+        if cfg.cluster.is_empty() || cfg.cluster.contains('/') {
+            return Err(format!("cluster name `{}`: not empty, no `/`", cfg.cluster));
+        }
+        let etcd = Etcd::new(&cfg.url);
+        let prefix = format!("/letus/{}/", cfg.cluster);
+        let map_key = format!("{prefix}shards");
+        let stored = match etcd.get(&map_key).map_err(|e| e.to_string())? {
+            Some(kv) => serde_json::from_slice::<Vec<String>>(&kv.value)
+                .map_err(|e| format!("the shard map in etcd ({map_key}): {e}"))?,
+            None if flags.is_empty() => {
+                return Err(format!(
+                    "etcd has no shard map for cluster `{}`: name the shards with --shard",
+                    cfg.cluster
+                ))
+            }
+            None => {
+                let json = serde_json::to_vec(flags).map_err(|e| e.to_string())?;
+                if etcd
+                    .create(&map_key, &json, None)
+                    .map_err(|e| e.to_string())?
+                    .is_none()
+                {
+                    return Err("another router stored the shard map meanwhile: start again".into());
+                }
+                flags.to_vec()
+            }
+        };
+        if !flags.is_empty() && flags != stored.as_slice() {
+            return Err(format!(
+                "the --shard flags {flags:?} are not the cluster's shard map in etcd {stored:?}"
+            ));
+        }
+        let ttl = cfg.lease_secs.max(1);
+        let me = format!("letus route, pid {}", std::process::id());
+        let mut waiting = false;
+        let (lease, leader_revision) = loop {
+            let lease = etcd.grant(ttl).map_err(|e| e.to_string())?;
+            match etcd
+                .create(&format!("{prefix}leader"), me.as_bytes(), Some(lease))
+                .map_err(|e| e.to_string())?
+            {
+                Some(rev) => break (lease, rev),
+                None => {
+                    let _ = etcd.revoke(lease);
+                    if !waiting {
+                        tracing::info!(
+                            "another router leads the cluster: waiting for its lease to end"
+                        );
+                        waiting = true;
+                    }
+                    std::thread::sleep(Duration::from_millis(ttl * 1000 / 4));
+                }
+            }
+        };
+        let fenced = Arc::new(AtomicBool::new(false));
+        let (e, f) = (etcd.clone(), fenced.clone());
+        // Renewed three times per lease: one failed renewal is retried, and the lease is given up (writes refused)
+        // as soon as etcd says it ended or could not be reached for a whole lease.
+        std::thread::spawn(move || {
+            let mut last_ok = std::time::Instant::now();
+            loop {
+                std::thread::sleep(Duration::from_millis(ttl * 1000 / 3));
+                match e.keepalive(lease) {
+                    Ok(true) => last_ok = std::time::Instant::now(),
+                    Ok(false) => break,
+                    Err(_) if last_ok.elapsed() >= Duration::from_secs(ttl) => break,
+                    Err(_) => {}
+                }
+            }
+            tracing::error!("this router's lease in etcd ended: it writes nothing more");
+            f.store(true, Ordering::SeqCst);
+        });
+        Ok((
+            Coordinator {
+                etcd,
+                prefix,
+                lease,
+                leader_revision,
+                fenced,
+            },
+            stored,
+        ))
+    }
+
+    /// The last decision any leader wrote.
+    fn decision(&self) -> Result<Option<Pending>, String> {
+        match self
+            .etcd
+            .get(&self.key("decision"))
+            .map_err(|e| e.to_string())?
+        {
+            Some(kv) => serde_json::from_slice(&kv.value)
+                .map(Some)
+                .map_err(|e| format!("the decision in etcd: {e}")),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes the decision if this router still leads.
+    fn decide(&self, d: &Pending) -> Result<(), ApiError> {
+        if self.fenced.load(Ordering::SeqCst) {
+            return Err(ApiError::Fenced);
+        }
+        let json = serde_json::to_vec(d).map_err(|e| ApiError::Internal(e.to_string()))?;
+        match self.etcd.put_if(
+            &self.key("leader"),
+            self.leader_revision,
+            &self.key("decision"),
+            &json,
+        ) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.fenced.store(true, Ordering::SeqCst);
+                Err(ApiError::Fenced)
+            }
+            Err(e) => Err(ApiError::Unavailable(e.to_string())),
+        }
+    }
+}
+
+impl Drop for Coordinator {
+    /// A router that stops cleanly hands the leadership over at once rather than after its lease.
+    fn drop(&mut self) {
+        if !self.fenced.load(Ordering::SeqCst) {
+            let _ = self.etcd.revoke(self.lease);
+        }
+    }
 }
 
 struct Shard {
@@ -185,6 +350,7 @@ pub struct Router {
     /// Request limits.
     pub limits: NodeLimits,
     dir: PathBuf,
+    coord: Option<Coordinator>,
     writer: Mutex<Writer>,
     finished: RwLock<Finished>,
     tops: Mutex<VecDeque<(Version, VersionTops)>>,
@@ -201,7 +367,14 @@ impl Router {
     /// Opens the router's directory, checks every shard's subtrees against the map, and finishes a version a
     /// crash left decided but not finished.
     pub fn open(cfg: RouterConfig) -> Result<Router, String> {
-        let n = cfg.shards.len();
+        let (coord, shard_urls) = match &cfg.etcd {
+            Some(e) => {
+                let (c, urls) = Coordinator::start(e, &cfg.shards)?;
+                (Some(c), urls)
+            }
+            None => (None, cfg.shards.clone()),
+        };
+        let n = shard_urls.len();
         if n == 0 || n > 256 {
             return Err(format!(
                 "{n} shards: a router needs 1 to 256 (one per subtree at most)"
@@ -239,10 +412,12 @@ impl Router {
                 .push(e)
                 .map_err(|m| format!("the router's roots log: {m}"))?;
         }
-        let pending = read_pending(&cfg.data)?;
+        let pending = match &coord {
+            Some(c) => c.decision()?,
+            None => read_pending(&cfg.data)?,
+        };
         let router = Router {
-            shards: cfg
-                .shards
+            shards: shard_urls
                 .iter()
                 .enumerate()
                 .map(|(i, url)| Shard {
@@ -258,13 +433,37 @@ impl Router {
             token: cfg.token,
             limits: cfg.limits,
             dir: cfg.data,
+            coord,
             writer: Mutex::new(Writer { log, pending: None }),
             finished: RwLock::new(finished),
             tops: Mutex::new(VecDeque::new()),
         };
         let latest = router.finished().latest;
         let pending = pending.filter(|p| latest.is_none_or(|l| p.version > l));
-        router.check_shards(cfg.connect_timeout, pending.as_ref().map(|p| p.version))?;
+        let newest =
+            router.check_shards(cfg.connect_timeout, pending.as_ref().map(|p| p.version))?;
+        // Through etcd, this router may be behind the versions other leaders finished: their roots are composed
+        // again from the shards' tops, the last decision's version (which a shard may lack) finished from it.
+        if router.coord.is_some() {
+            let mut w = router.writer.lock().map_err(|_| "poisoned")?;
+            let from = latest.map_or(1, |l| l + 1);
+            for v in from..=newest.unwrap_or(0) {
+                if pending.as_ref().is_some_and(|p| p.version == v) {
+                    break;
+                }
+                if v == from {
+                    tracing::info!(from, to = ?newest, "composing the roots other routers finished");
+                }
+                let tops = router
+                    .fetch_tops(v)
+                    .map_err(|e| format!("composing version {v}: {e:?}"))?;
+                router
+                    .record(&mut w, v, tops)
+                    .map_err(|e| format!("composing version {v}: {e:?}"))?;
+            }
+        }
+        let latest = router.finished().latest;
+        let pending = pending.filter(|p| latest.is_none_or(|l| p.version > l));
         if let Some(p) = pending {
             tracing::info!(
                 version = p.version,
@@ -288,9 +487,14 @@ impl Router {
     /// Every shard answers, holds the subtrees the map gives it, and holds every version the router finished and
     /// none past them but the `pending` one (a shard behind would have lost acknowledged versions; one further
     /// ahead was written without this router's decisions, or the router's roots log lost some).
-    fn check_shards(&self, wait: Duration, pending: Option<Version>) -> Result<(), String> {
+    fn check_shards(
+        &self,
+        wait: Duration,
+        pending: Option<Version>,
+    ) -> Result<Option<Version>, String> {
         let deadline = std::time::Instant::now() + wait;
         let latest = self.finished().latest;
+        let mut newest = None;
         for s in &self.shards {
             let info = loop {
                 match self.get_json::<ShardTopsResponse>(&s.url, "/v1/shard/tops") {
@@ -317,7 +521,8 @@ impl Router {
                     ));
                 }
             }
-            if shard_latest > pending.or(latest) {
+            newest = newest.max(shard_latest);
+            if self.coord.is_none() && shard_latest > pending.or(latest) {
                 return Err(format!(
                     "shard {} is at version {shard_latest:?}, ahead of the router's {latest:?} with no decision of \
                      this router for it",
@@ -332,7 +537,7 @@ impl Router {
                 ));
             }
         }
-        Ok(())
+        Ok(newest)
     }
 
     fn get_json<T: serde::de::DeserializeOwned>(
@@ -425,6 +630,9 @@ impl Router {
             .writer
             .lock()
             .map_err(|_| ApiError::Internal("poisoned".into()))?;
+        if self.is_fenced() {
+            return Err(ApiError::Fenced);
+        }
         let latest = self.finished().latest;
         if let Some(p) = &w.pending {
             if p.version != req.version {
@@ -453,8 +661,11 @@ impl Router {
             }
         }
         if w.pending.is_none() {
-            write_pending(&self.dir, &decision)
-                .map_err(|e| ApiError::Unavailable(format!("writing the decision: {e}")))?;
+            match &self.coord {
+                Some(c) => c.decide(&decision)?,
+                None => write_pending(&self.dir, &decision)
+                    .map_err(|e| ApiError::Unavailable(format!("writing the decision: {e}")))?,
+            }
             w.pending = Some(decision.clone());
         }
         self.finish(&mut w, decision)
@@ -503,6 +714,21 @@ impl Router {
         self.send_parts(&d)?;
         let v = d.version;
         let tops = self.fetch_tops(v)?;
+        self.record(w, v, tops)?;
+        w.pending = None;
+        if self.coord.is_none() {
+            // The decision is finished: its file only matters while it is above the roots log.
+            let _ = std::fs::remove_file(self.dir.join(PENDING));
+        }
+        let f = self.finished();
+        Ok(DigestsResponse {
+            version: v,
+            digests: f.digests(v)?,
+        })
+    }
+
+    /// Composes the roots of version `v` (every shard holds it) from its tops, appends them durably, publishes.
+    fn record(&self, w: &mut Writer, v: Version, tops: VersionTops) -> Result<(), ApiError> {
         let mut entries = Vec::new();
         {
             let f = self.finished();
@@ -539,15 +765,21 @@ impl Router {
                 f.push(e).map_err(ApiError::Internal)?;
             }
         }
-        w.pending = None;
-        // The decision is finished: its file only matters while it is above the roots log.
-        let _ = std::fs::remove_file(self.dir.join(PENDING));
         self.remember_tops(v, tops);
-        let f = self.finished();
-        Ok(DigestsResponse {
-            version: v,
-            digests: f.digests(v)?,
-        })
+        Ok(())
+    }
+
+    /// The number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Whether this router lost its lease in etcd (it then writes nothing; reads of the versions it finished go
+    /// on).
+    pub fn is_fenced(&self) -> bool {
+        self.coord
+            .as_ref()
+            .is_some_and(|c| c.fenced.load(Ordering::SeqCst))
     }
 
     // ---- reads ----
