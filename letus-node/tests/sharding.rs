@@ -375,6 +375,26 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Shard `i` of `n` listening on `port` (so that it comes back on the same address after a SIGKILL).
+fn shard_at(dir: &Path, port: u16, i: usize, n: usize) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
+    cmd.args([
+        "serve",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--token",
+        TOKEN,
+    ])
+    .args([
+        "--shard-prefixes",
+        &PrefixSet::part(i, n).to_string(),
+        "--data",
+    ])
+    .arg(dir.join(format!("shard-{i}")))
+    .args(SMALL);
+    spawn_server(cmd).0
+}
+
 /// Payment block `v` on trie 0, with a write of trie 1 now and then (its root composed from a few leaves).
 fn payment_block(v: u64) -> BlockRequest {
     let mut rng = letus_workload::Rng::new(v);
@@ -435,24 +455,7 @@ fn shards_and_routers_killed_at_random_lose_no_acknowledged_version() {
         .iter()
         .map(|p| format!("http://127.0.0.1:{p}"))
         .collect();
-    let start_shard_at = |i: usize| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
-        cmd.args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{}", shard_ports[i]),
-            "--token",
-            TOKEN,
-        ])
-        .args([
-            "--shard-prefixes",
-            &PrefixSet::part(i, n).to_string(),
-            "--data",
-        ])
-        .arg(d.join(format!("shard-{i}")))
-        .args(SMALL);
-        spawn_server(cmd).0
-    };
+    let start_shard_at = |i: usize| shard_at(&d, shard_ports[i], i, n);
     let start_router_at = || {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
         cmd.args([
@@ -655,24 +658,7 @@ fn a_router_that_dies_or_stalls_is_replaced_through_etcd() {
         .iter()
         .map(|p| format!("http://127.0.0.1:{p}"))
         .collect();
-    let shard = |i: usize| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
-        cmd.args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{}", ports[i]),
-            "--token",
-            TOKEN,
-        ])
-        .args([
-            "--shard-prefixes",
-            &PrefixSet::part(i, 2).to_string(),
-            "--data",
-        ])
-        .arg(d.join(format!("shard-{i}")))
-        .args(SMALL);
-        Killed(spawn_server(cmd).0)
-    };
+    let shard = |i: usize| Killed(shard_at(&d, ports[i], i, 2));
     let mut shards = [shard(0), shard(1)];
 
     // Router A: stores the shard map, leads, writes versions 1-5; version 6 is in doubt when it is SIGKILLed.
