@@ -702,6 +702,10 @@ pub struct RouteArgs {
     /// Largest request body in bytes.
     #[arg(long, env = "LETUS_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// Seconds a request to a shard may take, a commit of the largest block included: a shard that does not answer
+    /// within it (cut off, stalled) fails the write with `502 shard_unavailable`.
+    #[arg(long, default_value_t = 60)]
+    pub shard_timeout_secs: u64,
     /// Seconds to wait at start for every shard to answer (default 30).
     #[arg(long, default_value_t = 30)]
     pub connect_timeout_secs: u64,
@@ -733,6 +737,7 @@ pub fn run_route(args: RouteArgs) -> Result<ExitCode, String> {
             token: tok.clone(),
             limits,
             connect_timeout: Duration::from_secs(args.connect_timeout_secs),
+            shard_timeout: Duration::from_secs(args.shard_timeout_secs.max(1)),
             etcd: args
                 .etcd
                 .clone()

@@ -738,3 +738,217 @@ fn a_router_that_dies_or_stalls_is_replaced_through_etcd() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("shard map in etcd"));
 }
+
+/// A network namespace joined to the host by a veth pair: a process started in it with [`Netns::command`] is
+/// reachable at `addr` until [`Netns::cut`] takes its side of the link down. Removed on drop.
+struct Netns {
+    name: String,
+    inner_if: String,
+    addr: String,
+}
+
+fn ip(args: &[&str]) {
+    let ok = Command::new("ip")
+        .args(args)
+        .status()
+        .expect("ip (iproute2)")
+        .success();
+    assert!(ok, "ip {}", args.join(" "));
+}
+
+impl Netns {
+    fn new() -> Netns {
+        let pid = std::process::id();
+        let subnet = pid % 250 + 1;
+        let name = format!("letus-test-{pid}");
+        let (outer, inner) = (format!("lx{pid}"), format!("ly{pid}"));
+        ip(&["netns", "add", &name]);
+        let ns = Netns {
+            name: name.clone(),
+            inner_if: inner.clone(),
+            addr: format!("10.231.{subnet}.2"),
+        };
+        ip(&[
+            "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+        ]);
+        ip(&["link", "set", &inner, "netns", &name]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("10.231.{subnet}.1/30"),
+            "dev",
+            &outer,
+        ]);
+        ip(&["link", "set", &outer, "up"]);
+        let inside = |args: &[&str]| {
+            let mut a = vec!["netns", "exec", &name, "ip"];
+            a.extend_from_slice(args);
+            ip(&a);
+        };
+        inside(&[
+            "addr",
+            "add",
+            &format!("10.231.{subnet}.2/30"),
+            "dev",
+            &inner,
+        ]);
+        inside(&["link", "set", &inner, "up"]);
+        inside(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name, program]);
+        cmd
+    }
+
+    /// The namespace's side of the link goes down: packets to it are lost, as when its machine drops off the
+    /// network (nothing answers, nothing is refused).
+    fn cut(&self) {
+        ip(&[
+            "netns",
+            "exec",
+            &self.name,
+            "ip",
+            "link",
+            "set",
+            &self.inner_if,
+            "down",
+        ]);
+    }
+
+    fn heal(&self) {
+        ip(&[
+            "netns",
+            "exec",
+            &self.name,
+            "ip",
+            "link",
+            "set",
+            &self.inner_if,
+            "up",
+        ]);
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting the namespace deletes its end of the pair, and with it the host's end.
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// A shard in a network namespace of its own, cut off while blocks are written: writes fail cleanly within the
+/// router's shard timeout, reads of the other shard's keys go on, and once the link is back the shard rejoins:
+/// the version in doubt and the next ones commit, with the roots and answers one node gives.
+#[test]
+fn a_shard_cut_off_in_a_network_namespace_fails_writes_cleanly_and_rejoins() {
+    let ns = Netns::new();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let (reference, ref_url) = serve_with(&d.join("reference"), TOKEN, SMALL);
+    let _reference = Killed(reference);
+    let blocks = chain();
+    let mut reference_at = 0;
+    let mut digest = |v: u64| {
+        while reference_at < v {
+            reference_at += 1;
+            assert_eq!(
+                post_block(&ref_url, TOKEN, &blocks[reference_at as usize - 1]).0,
+                200
+            );
+        }
+        get(&format!("{ref_url}/v1/digest/{v}")).1
+    };
+    let (s0, s0_url) = start_shard(&d, 0, 2);
+    let _s0 = Killed(s0);
+    let mut cmd = ns.command(env!("CARGO_BIN_EXE_letus"));
+    cmd.args([
+        "serve",
+        "--listen",
+        &format!("{}:7000", ns.addr),
+        "--token",
+        TOKEN,
+    ])
+    .args([
+        "--shard-prefixes",
+        &PrefixSet::part(1, 2).to_string(),
+        "--data",
+    ])
+    .arg(d.join("shard-1"))
+    .args(SMALL);
+    let (s1, s1_url) = spawn_server(cmd);
+    let _s1 = Killed(s1);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
+    cmd.args([
+        "route",
+        "--listen",
+        "127.0.0.1:0",
+        "--token",
+        TOKEN,
+        "--data",
+    ])
+    .arg(d.join("router"))
+    .args([
+        "--shard",
+        &s0_url,
+        "--shard",
+        &s1_url,
+        "--shard-timeout-secs",
+        "3",
+    ]);
+    let (router, url) = spawn_server(cmd);
+    let _router = Killed(router);
+    for b in &blocks[..5] {
+        assert_eq!(post_block(&url, TOKEN, b), (200, digest(b.version)));
+    }
+    ns.cut();
+    let started = std::time::Instant::now();
+    let (status, body) = post_block(&url, TOKEN, &blocks[5]);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (502, Some("shard_unavailable")),
+        "{body}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    // Reads of the keys shard 0 holds go on, at the last finished version.
+    let mut read = 0;
+    for i in (0..ACCOUNTS).step_by(50) {
+        let key = account(i);
+        let bytes = letus_verify::hex::decode(&key).unwrap();
+        if letus_verify::KeyPath::of(&bytes).0[0] >= 0x80 {
+            continue;
+        }
+        let body = json!({"key": key, "version": 5});
+        let want = post(&format!("{ref_url}/v1/tries/0/value"), &body);
+        assert_eq!(want, post(&format!("{url}/v1/tries/0/value"), &body));
+        read += 1;
+    }
+    assert!(read > 10);
+    assert_eq!(get(&format!("{url}/v1/digest")).1, digest(5));
+    ns.heal();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (status, body) = post_block(&url, TOKEN, &blocks[5]);
+        if status == 200 {
+            assert_eq!(body, digest(6));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the shard did not rejoin: {body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for b in &blocks[6..] {
+        assert_eq!(post_block(&url, TOKEN, b), (200, digest(b.version)));
+    }
+    same_answers(&ref_url, &url, &[1, 6, blocks.len() as u64]);
+}

@@ -53,6 +53,9 @@ pub struct RouterConfig {
     pub limits: NodeLimits,
     /// How long to wait at start for every shard to answer.
     pub connect_timeout: Duration,
+    /// The longest a request to a shard may take (a commit of the largest block included): a shard that does not
+    /// answer within it, cut off or stalled, fails the request with `shard_unavailable`.
+    pub shard_timeout: Duration,
     /// Coordinate through etcd (the shard map, one leader at a time, its decisions) instead of this directory
     /// alone.
     pub etcd: Option<EtcdConfig>,
@@ -427,7 +430,8 @@ impl Router {
                 .collect(),
             agent: ureq::Agent::config_builder()
                 .http_status_as_error(false)
-                .timeout_global(Some(Duration::from_secs(60)))
+                .timeout_global(Some(cfg.shard_timeout))
+                .timeout_connect(Some(cfg.shard_timeout.min(Duration::from_secs(2))))
                 .build()
                 .into(),
             token: cfg.token,
