@@ -561,6 +561,19 @@ fn shards_and_routers_killed_at_random_lose_no_acknowledged_version() {
     same_answers(&ref_url, &url, &[1, last / 2, last]);
 }
 
+/// The reference node's digest of version `v`, the reference taking the chain's blocks up to `v` first: it is
+/// kept in step with the cluster, so that both answer `latest` alike.
+fn in_step<'a>(ref_url: &'a str, blocks: &'a [BlockRequest]) -> impl FnMut(u64) -> Value + 'a {
+    let mut at = 0;
+    move |v: u64| {
+        while at < v {
+            at += 1;
+            assert_eq!(post_block(ref_url, TOKEN, &blocks[at as usize - 1]).0, 200);
+        }
+        get(&format!("{ref_url}/v1/digest/{v}")).1
+    }
+}
+
 /// etcd (Debian's `etcd-server`) on free ports of 127.0.0.1, its data under `dir`; returns once it answers.
 fn start_etcd(dir: &Path) -> (Killed, String) {
     let (client, peer) = (free_port(), free_port());
@@ -641,18 +654,7 @@ fn a_router_that_dies_or_stalls_is_replaced_through_etcd() {
     let (reference, ref_url) = serve_with(&d.join("reference"), TOKEN, SMALL);
     let _reference = Killed(reference);
     let blocks = chain();
-    // The reference takes each block just before the cluster does, so that both answer `latest` alike.
-    let mut reference_at = 0;
-    let mut digest = |v: u64| {
-        while reference_at < v {
-            reference_at += 1;
-            assert_eq!(
-                post_block(&ref_url, TOKEN, &blocks[reference_at as usize - 1]).0,
-                200
-            );
-        }
-        get(&format!("{ref_url}/v1/digest/{v}")).1
-    };
+    let mut digest = in_step(&ref_url, &blocks);
     let ports = [free_port(), free_port()];
     let urls: Vec<String> = ports
         .iter()
@@ -852,17 +854,7 @@ fn a_shard_cut_off_in_a_network_namespace_fails_writes_cleanly_and_rejoins() {
     let (reference, ref_url) = serve_with(&d.join("reference"), TOKEN, SMALL);
     let _reference = Killed(reference);
     let blocks = chain();
-    let mut reference_at = 0;
-    let mut digest = |v: u64| {
-        while reference_at < v {
-            reference_at += 1;
-            assert_eq!(
-                post_block(&ref_url, TOKEN, &blocks[reference_at as usize - 1]).0,
-                200
-            );
-        }
-        get(&format!("{ref_url}/v1/digest/{v}")).1
-    };
+    let mut digest = in_step(&ref_url, &blocks);
     let (s0, s0_url) = start_shard(&d, 0, 2);
     let _s0 = Killed(s0);
     let mut cmd = ns.command(env!("CARGO_BIN_EXE_letus"));
