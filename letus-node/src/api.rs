@@ -62,6 +62,10 @@ pub struct DigestsResponse {
     pub version: u64,
     /// One digest per trie.
     pub digests: Vec<Digest>,
+    /// Of `POST /v1/blocks?tops=true`: the tops of every trie at `version` among the subtrees this node holds
+    /// (as `GET /v1/shard/tops` answers them), so that a sharding router needs no second request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tops: Option<Vec<TrieTops>>,
 }
 
 /// `GET /v1/tries/{tid}/keys/{key}`.

@@ -501,6 +501,7 @@ impl Node {
                     Some(b) if b.request_hash == fingerprint => Ok(DigestsResponse {
                         version: req_version,
                         digests: digests_at(&store.snapshot(), req_version)?,
+                        tops: None,
                     }),
                     Some(_) => Err(ApiError::Conflict(req_version)),
                     None if store.has_version(req_version) => Err(ApiError::Conflict(req_version)),
@@ -564,6 +565,7 @@ impl Node {
                 Ok(DigestsResponse {
                     version: req_version,
                     digests,
+                    tops: None,
                 })
             }
             Err(e) => {
@@ -592,6 +594,7 @@ impl Node {
         Ok(DigestsResponse {
             version: v,
             digests: digests_at(&store, v)?,
+            tops: None,
         })
     }
 

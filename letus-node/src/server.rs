@@ -247,11 +247,27 @@ async fn write_block(
     if !authorized(req.headers(), &s.node.token) {
         return Err(ApiError::Unauthorized);
     }
+    let with_tops = match req.uri().query() {
+        None | Some("") | Some("tops=false") => false,
+        Some("tops=true") => true,
+        Some(q) => {
+            return Err(ApiError::BadRequest(format!(
+                "`{q}`: the only parameter is tops=true or tops=false"
+            )))
+        }
+    };
     let body = Bytes::from_request(req, &s).await;
     let req: BlockRequest = parse_json(body, s.node.limits.max_body_bytes)?;
     let node = s.node.clone();
     let started = Instant::now();
-    let r = blocking(move || node.write_block(req)).await?;
+    let r = blocking(move || {
+        let mut r = node.write_block(req)?;
+        if with_tops {
+            r.tops = Some(node.shard_tops(Some(r.version))?.tries);
+        }
+        Ok(r)
+    })
+    .await?;
     s.metrics.observe_commit(started.elapsed());
     Ok(Json(r))
 }

@@ -243,6 +243,9 @@ async fn every_documented_status_of_every_route_is_produced() {
             .raw(b"{\"version\": 4, \"note\": \"\xff\xfe\"}")
             .token(),
         case("POST", "/v1/blocks", 401, "unauthorized").json(block(4, &[])),
+        case("POST", "/v1/blocks?tops=maybe", 400, "bad_request")
+            .json(block(4, &[]))
+            .token(),
         case("POST", "/v1/blocks", 409, "version_conflict")
             .json(block(3, &[]))
             .token(),

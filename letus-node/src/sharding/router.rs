@@ -655,6 +655,7 @@ impl Router {
             return Ok(DigestsResponse {
                 version: req.version,
                 digests: f.digests(req.version)?,
+                tops: None,
             });
         } else if let Some(l) = latest {
             if l.checked_add(1) != Some(req.version) {
@@ -704,20 +705,23 @@ impl Router {
         Ok(parts)
     }
 
-    fn send_parts(&self, d: &Pending) -> Result<(), ApiError> {
-        for r in self.each_shard(|i, s| {
-            self.post_json::<DigestsResponse>(&s.url, "/v1/blocks", &d.parts[i], true)
-        }) {
-            r?;
-        }
-        Ok(())
+    /// Sends every shard its part; their tops at the version come back with the answers.
+    fn send_parts(&self, d: &Pending) -> Result<VersionTops, ApiError> {
+        let answers = self.each_shard(|i, s| {
+            let a: DigestsResponse =
+                self.post_json(&s.url, "/v1/blocks?tops=true", &d.parts[i], true)?;
+            let tops = a.tops.ok_or_else(|| {
+                ApiError::ShardInconsistent(format!("{} answered a block without its tops", s.url))
+            })?;
+            Ok((a.version, tops))
+        });
+        self.merge_tops(d.version, answers)
     }
 
     /// Sends a decided version's parts to every shard, composes its roots, appends them durably, publishes.
     fn finish(&self, w: &mut Writer, d: Pending) -> Result<DigestsResponse, ApiError> {
-        self.send_parts(&d)?;
+        let tops = self.send_parts(&d)?;
         let v = d.version;
-        let tops = self.fetch_tops(v)?;
         self.record(w, v, tops)?;
         w.pending = None;
         if self.coord.is_none() {
@@ -728,6 +732,7 @@ impl Router {
         Ok(DigestsResponse {
             version: v,
             digests: f.digests(v)?,
+            tops: None,
         })
     }
 
@@ -817,17 +822,28 @@ impl Router {
     fn fetch_tops(&self, v: Version) -> Result<VersionTops, ApiError> {
         let answers = self.each_shard(|_, s| {
             self.get_json::<ShardTopsResponse>(&s.url, &format!("/v1/shard/tops?version={v}"))
+                .map(|a| (a.version, a.tries))
         });
+        self.merge_tops(v, answers)
+    }
+
+    /// The tops of version `v` from every shard's answer `(its version, its tops)`, in shard order, checked and
+    /// merged per trie.
+    fn merge_tops(
+        &self,
+        v: Version,
+        answers: Vec<Result<(Version, Vec<TrieTops>), ApiError>>,
+    ) -> Result<VersionTops, ApiError> {
         let mut per_trie: BTreeMap<u32, Vec<Tops>> = BTreeMap::new();
         for (s, a) in self.shards.iter().zip(answers) {
-            let a = a?;
-            if a.version != v {
+            let (version, tries) = a?;
+            if version != v {
                 return Err(ApiError::ShardInconsistent(format!(
-                    "{} answered the tops of version {} for {v}",
-                    s.url, a.version
+                    "{} answered the tops of version {version} for {v}",
+                    s.url
                 )));
             }
-            for t in a.tries {
+            for t in tries {
                 let tops = tops_from_json(&t.tops)
                     .map_err(|e| ApiError::ShardInconsistent(format!("{}: {e}", s.url)))?;
                 if tops != tops.filter(|p| s.prefixes.contains(p)) {
@@ -854,6 +870,7 @@ impl Router {
         Ok(DigestsResponse {
             version: v,
             digests: f.digests(v)?,
+            tops: None,
         })
     }
 
