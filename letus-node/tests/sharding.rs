@@ -625,7 +625,7 @@ fn route_cmd(data: &Path, etcd: &str, shards: &[String]) -> Command {
         "--data",
     ])
     .arg(data)
-    .args(["--etcd", etcd, "--cluster", "test", "--lease-secs", "2"]);
+    .args(["--etcd", etcd, "--cluster", "test", "--lease-secs", "3"]);
     for s in shards {
         cmd.args(["--shard", s]);
     }
