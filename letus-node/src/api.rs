@@ -250,6 +250,24 @@ pub struct ConsistencyResponse {
     pub proof_hex: String,
 }
 
+impl ConsistencyResponse {
+    /// The answer for `proof` between the digests `from` and `to` of trie `tid`, with the proof's binary form.
+    pub fn new(
+        tid: u32,
+        from: Digest,
+        to: Digest,
+        proof: ConsistencyProof,
+    ) -> Result<Self, String> {
+        Ok(ConsistencyResponse {
+            tid,
+            from,
+            to,
+            proof_hex: letus_verify::hex::encode(&proof.encode().map_err(|e| e.to_string())?),
+            proof,
+        })
+    }
+}
+
 /// `GET /v1/digest/inclusion`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InclusionResponse {
@@ -303,6 +321,27 @@ pub struct TopJson {
     /// A leaf's value hash (hex).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value_hash: Option<String>,
+}
+
+impl InclusionResponse {
+    /// The answer for `proof` that `(version, root)` is in trie `tid`'s history as of the digest `at`, with the
+    /// proof's binary form.
+    pub fn new(
+        tid: u32,
+        version: u64,
+        root: letus_verify::Hash,
+        at: Digest,
+        proof: InclusionProof,
+    ) -> Result<Self, String> {
+        Ok(InclusionResponse {
+            tid,
+            version,
+            at,
+            root,
+            proof_hex: letus_verify::hex::encode(&proof.encode().map_err(|e| e.to_string())?),
+            proof,
+        })
+    }
 }
 
 /// Every error: `{"error": {"code": "...", "message": "..."}}` (and `"oldest"` where it says so).

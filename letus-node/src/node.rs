@@ -832,16 +832,8 @@ impl Node {
             return Err(ApiError::BadRequest("`from` must not be above `to`".into()));
         }
         let proof = store.history_consistency_proof(tid, from, to)?;
-        Ok(ConsistencyResponse {
-            tid,
-            from: store.digest(tid, from)?,
-            to: store.digest(tid, to)?,
-            proof_hex: proof
-                .encode()
-                .map(|b| hex(&b))
-                .map_err(|e| ApiError::Internal(e.to_string()))?,
-            proof,
-        })
+        ConsistencyResponse::new(tid, store.digest(tid, from)?, store.digest(tid, to)?, proof)
+            .map_err(ApiError::Internal)
     }
 
     /// History inclusion proof: (version, root) is in the history at `at`.
@@ -859,18 +851,14 @@ impl Node {
             ));
         }
         let proof = store.history_inclusion_proof(tid, version, at)?;
-        let proof_hex = proof
-            .encode()
-            .map(|b| hex(&b))
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
-        Ok(InclusionResponse {
+        InclusionResponse::new(
             tid,
             version,
-            at: store.digest(tid, at)?,
-            root: store.digest(tid, version)?.root,
+            store.digest(tid, version)?.root,
+            store.digest(tid, at)?,
             proof,
-            proof_hex,
-        })
+        )
+        .map_err(ApiError::Internal)
     }
 
     /// The frontier of trie `tid`'s history just before `version` (default latest): what `letus import` needs

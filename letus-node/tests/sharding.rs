@@ -127,17 +127,16 @@ fn start_shard(dir: &Path, i: usize, n: usize) -> (Child, String) {
     serve_with(&dir.join(format!("shard-{i}")), TOKEN, &flags)
 }
 
-fn start_router(dir: &Path, shards: &[String]) -> (Child, String) {
+/// `letus route` listening on `listen` over the router directory `data`, the shards to add.
+fn route_command(data: &Path, listen: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
-    cmd.args([
-        "route",
-        "--listen",
-        "127.0.0.1:0",
-        "--token",
-        TOKEN,
-        "--data",
-    ])
-    .arg(dir.join("router"));
+    cmd.args(["route", "--listen", listen, "--token", TOKEN, "--data"])
+        .arg(data);
+    cmd
+}
+
+fn start_router(dir: &Path, shards: &[String]) -> (Child, String) {
+    let mut cmd = route_command(&dir.join("router"), "127.0.0.1:0");
     for s in shards {
         cmd.args(["--shard", s]);
     }
@@ -341,16 +340,7 @@ fn a_version_a_shard_missed_is_finished_by_a_retry_or_by_the_routers_next_start(
     // does not match what the shards hold.
     let urls: Vec<String> = c.shards.iter().map(|(_, u)| u.clone()).collect();
     let refused = |dir: &Path, shards: &[String]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
-        cmd.args([
-            "route",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            TOKEN,
-            "--data",
-        ])
-        .arg(dir);
+        let mut cmd = route_command(dir, "127.0.0.1:0");
         for s in shards {
             cmd.args(["--shard", s]);
         }
@@ -457,16 +447,7 @@ fn shards_and_routers_killed_at_random_lose_no_acknowledged_version() {
         .collect();
     let start_shard_at = |i: usize| shard_at(&d, shard_ports[i], i, n);
     let start_router_at = || {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
-        cmd.args([
-            "route",
-            "--listen",
-            &format!("127.0.0.1:{router_port}"),
-            "--token",
-            TOKEN,
-            "--data",
-        ])
-        .arg(d.join("router"));
+        let mut cmd = route_command(&d.join("router"), &format!("127.0.0.1:{router_port}"));
         for s in &shard_urls {
             cmd.args(["--shard", s]);
         }
@@ -615,17 +596,8 @@ fn start_etcd(dir: &Path) -> (Killed, String) {
 }
 
 fn route_cmd(data: &Path, etcd: &str, shards: &[String]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
-    cmd.args([
-        "route",
-        "--listen",
-        "127.0.0.1:0",
-        "--token",
-        TOKEN,
-        "--data",
-    ])
-    .arg(data)
-    .args(["--etcd", etcd, "--cluster", "test", "--lease-secs", "3"]);
+    let mut cmd = route_command(data, "127.0.0.1:0");
+    cmd.args(["--etcd", etcd, "--cluster", "test", "--lease-secs", "3"]);
     for s in shards {
         cmd.args(["--shard", s]);
     }
@@ -874,17 +846,8 @@ fn a_shard_cut_off_in_a_network_namespace_fails_writes_cleanly_and_rejoins() {
     .args(SMALL);
     let (s1, s1_url) = spawn_server(cmd);
     let _s1 = Killed(s1);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_letus"));
+    let mut cmd = route_command(&d.join("router"), "127.0.0.1:0");
     cmd.args([
-        "route",
-        "--listen",
-        "127.0.0.1:0",
-        "--token",
-        TOKEN,
-        "--data",
-    ])
-    .arg(d.join("router"))
-    .args([
         "--shard",
         &s0_url,
         "--shard",

@@ -1068,16 +1068,7 @@ impl Router {
             .history
             .consistency_proof(a.history_len, b.history_len)
             .ok_or(ApiError::VersionNotFound(from))?;
-        Ok(ConsistencyResponse {
-            tid,
-            from: a,
-            to: b,
-            proof_hex: proof
-                .encode()
-                .map(|b| hex(&b))
-                .map_err(|e| ApiError::Internal(e.to_string()))?,
-            proof,
-        })
+        ConsistencyResponse::new(tid, a, b, proof).map_err(ApiError::Internal)
     }
 
     /// History inclusion proof: (version, root) is in the history at `at`.
@@ -1099,17 +1090,7 @@ impl Router {
             .history
             .inclusion_proof(d.history_len - 1, a.history_len)
             .ok_or(ApiError::VersionNotFound(version))?;
-        Ok(InclusionResponse {
-            tid,
-            version,
-            at: a,
-            root: d.root,
-            proof_hex: proof
-                .encode()
-                .map(|b| hex(&b))
-                .map_err(|e| ApiError::Internal(e.to_string()))?,
-            proof,
-        })
+        InclusionResponse::new(tid, version, d.root, a, proof).map_err(ApiError::Internal)
     }
 
     /// The frontier of trie `tid`'s history just before `version` (default latest).
