@@ -26,7 +26,7 @@ step "Debian's etcd-server, which the sharding tests start on 127.0.0.1 (the rou
 if ! command -v etcd >/dev/null; then
   apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server
 fi
-etcd --version | head -1
+etcd --version | sed -n 1p
 
 step "python packages for the independent vector check"
 python3 -c 'import blake3' 2>/dev/null || python3 -m pip install --quiet blake3
