@@ -88,16 +88,18 @@ impl RootsLog {
                 ));
             }
         }
+        Ok((RootsLog::cut_at(path, file, end)?, entries))
+    }
+
+    /// The log with its file cut (fsynced) at `end`, where the next append goes.
+    fn cut_at(path: PathBuf, file: FileRef, end: u64) -> Result<RootsLog> {
         let mut file = AppendFile { file, end };
         file.cut(end).map_err(|e| Error::io(&path, e))?;
-        Ok((
-            RootsLog {
-                path,
-                file,
-                buf: Vec::new(),
-            },
-            entries,
-        ))
+        Ok(RootsLog {
+            path,
+            file,
+            buf: Vec::new(),
+        })
     }
 
     /// Opens (or creates) a roots log that is its own record of what is durable (a sharding router's): every
@@ -110,16 +112,7 @@ impl RootsLog {
             .map_while(decode)
             .collect();
         let end = HEADER_LEN + (entries.len() * ENTRY_LEN) as u64;
-        let mut file = AppendFile { file, end };
-        file.cut(end).map_err(|e| Error::io(&path, e))?;
-        Ok((
-            RootsLog {
-                path,
-                file,
-                buf: Vec::new(),
-            },
-            entries,
-        ))
+        Ok((RootsLog::cut_at(path, file, end)?, entries))
     }
 
     /// Cuts the file after its first `entries` entries (fsynced), dropping anything buffered: the next append goes

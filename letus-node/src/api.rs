@@ -87,6 +87,28 @@ pub struct ValueResponse {
     pub digest: Digest,
 }
 
+impl ValueResponse {
+    /// The answer for `key`'s `value` at `version` of trie `tid`, its proof in both forms, and the digest.
+    pub fn new(
+        tid: u32,
+        version: u64,
+        key: &[u8],
+        value: Option<&[u8]>,
+        proof: &letus_verify::Proof,
+        digest: Digest,
+    ) -> Self {
+        ValueResponse {
+            tid,
+            version,
+            key: letus_verify::hex::encode(key),
+            value: value.map(letus_verify::hex::encode),
+            proof: proof.to_json_value(),
+            proof_hex: letus_verify::hex::encode(&proof.encode()),
+            digest,
+        }
+    }
+}
+
 /// `POST /v1/tries/{tid}/value` request: a value with its proof, for any key (the empty key and keys too long
 /// for a URL included).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,6 +163,32 @@ pub struct MultiProofResponse {
     pub proof_hex: String,
     /// Digest at `version`.
     pub digest: Digest,
+}
+
+impl MultiProofResponse {
+    /// The answer for `keys` and their `values` (in request order) at `version` of trie `tid`, the multi-proof in
+    /// both forms, and the digest.
+    pub fn new(
+        tid: u32,
+        version: u64,
+        keys: &[Vec<u8>],
+        values: &[Option<Vec<u8>>],
+        proof: &letus_verify::Proof,
+        digest: Digest,
+    ) -> Self {
+        MultiProofResponse {
+            tid,
+            version,
+            keys: keys.iter().map(|k| letus_verify::hex::encode(k)).collect(),
+            values: values
+                .iter()
+                .map(|x| x.as_deref().map(letus_verify::hex::encode))
+                .collect(),
+            proof: proof.to_json_value(),
+            proof_hex: letus_verify::hex::encode(&proof.encode()),
+            digest,
+        }
+    }
 }
 
 /// One entry of a key's history.

@@ -717,15 +717,14 @@ impl Node {
         let v = Self::resolve(&store, version)?;
         let digest = trie_digest(&store, tid, v)?;
         let (value, proof) = store.get_proof(tid, v, &key)?;
-        Ok(ValueResponse {
+        Ok(ValueResponse::new(
             tid,
-            version: v,
-            key: hex(&key),
-            value: value.as_deref().map(hex),
-            proof_hex: hex(&proof.encode()),
-            proof: proof.to_json_value(),
+            v,
+            &key,
+            value.as_deref(),
+            &proof,
             digest,
-        })
+        ))
     }
 
     /// A batch multi-proof.
@@ -740,15 +739,9 @@ impl Node {
         let digest = trie_digest(&store, tid, v)?;
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let (values, proof) = store.get_multi_proof(tid, v, &refs)?;
-        Ok(MultiProofResponse {
-            tid,
-            version: v,
-            keys: keys.iter().map(|k| hex(k)).collect(),
-            values: values.iter().map(|x| x.as_deref().map(hex)).collect(),
-            proof_hex: hex(&proof.encode()),
-            proof: proof.to_json_value(),
-            digest,
-        })
+        Ok(MultiProofResponse::new(
+            tid, v, &keys, &values, &proof, digest,
+        ))
     }
 
     /// A key's history, newest first, optionally with a proof for each entry.

@@ -780,29 +780,16 @@ impl Netns {
     /// The namespace's side of the link goes down: packets to it are lost, as when its machine drops off the
     /// network (nothing answers, nothing is refused).
     fn cut(&self) {
-        ip(&[
-            "netns",
-            "exec",
-            &self.name,
-            "ip",
-            "link",
-            "set",
-            &self.inner_if,
-            "down",
-        ]);
+        self.set_link("down");
     }
 
     fn heal(&self) {
-        ip(&[
-            "netns",
-            "exec",
-            &self.name,
-            "ip",
-            "link",
-            "set",
-            &self.inner_if,
-            "up",
-        ]);
+        self.set_link("up");
+    }
+
+    fn set_link(&self, state: &str) {
+        let (ns, link) = (self.name.as_str(), self.inner_if.as_str());
+        ip(&["netns", "exec", ns, "ip", "link", "set", link, state]);
     }
 }
 

@@ -977,15 +977,14 @@ impl Router {
             proof,
             digest,
         } = self.prove(tid, v, std::slice::from_ref(&key))?;
-        Ok(ValueResponse {
+        Ok(ValueResponse::new(
             tid,
-            version: v,
-            key: hex(&key),
-            value: values.pop().flatten().as_deref().map(hex),
-            proof_hex: hex(&proof.encode()),
-            proof: proof.to_json_value(),
+            v,
+            &key,
+            values.pop().flatten().as_deref(),
+            &proof,
             digest,
-        })
+        ))
     }
 
     /// A batch multi-proof.
@@ -1001,15 +1000,9 @@ impl Router {
             proof,
             digest,
         } = self.prove(tid, v, &keys)?;
-        Ok(MultiProofResponse {
-            tid,
-            version: v,
-            keys: keys.iter().map(|k| hex(k)).collect(),
-            values: values.iter().map(|x| x.as_deref().map(hex)).collect(),
-            proof_hex: hex(&proof.encode()),
-            proof: proof.to_json_value(),
-            digest,
-        })
+        Ok(MultiProofResponse::new(
+            tid, v, &keys, &values, &proof, digest,
+        ))
     }
 
     /// A key's history from the shard holding it; with proofs, each rebuilt against the composed root of its
