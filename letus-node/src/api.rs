@@ -41,6 +41,22 @@ pub struct BlockRequest {
     pub access_list: Vec<AccessKey>,
 }
 
+/// `POST /v1/shard/blocks`: a sharding router's part of a block for one shard (a node in the shard role only).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardBlockRequest {
+    /// The part of the block in the shard's own subtrees, as a client would send it to a node.
+    #[serde(flatten)]
+    pub block: BlockRequest,
+    /// Writes in a subtree the shard does not hold at this version: one being copied to it, or its old copy
+    /// being deleted after a move (applied after `writes`; not part of the block's fingerprint, which is the
+    /// client's block alone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moving: Vec<WriteOp>,
+    /// The subtrees the shard holds from this version on, sent at the version a move hands one over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holds: Option<String>,
+}
+
 /// `GET /v1/tries/{tid}/changes`: the keys whose values differ between two versions, with their values at `to`
 /// (`value: null`: deleted), in key-path order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -83,6 +83,8 @@ pub enum ApiError {
     Fenced,
     /// A route a router does not offer (yet): ask a shard directly.
     NotSharded(&'static str),
+    /// A subtree move the router cannot start now (one is under way, or it would leave a shard empty).
+    MoveRefused(String),
     /// Anything else (I/O, corruption): logged, reported without details that could leak paths.
     Internal(String),
 }
@@ -117,6 +119,7 @@ impl ApiError {
             ApiError::ShardInconsistent(_) => (StatusCode::BAD_GATEWAY, "shard_inconsistent"),
             ApiError::Upstream { status, .. } => (*status, "upstream"),
             ApiError::NotSharded(_) => (StatusCode::NOT_IMPLEMENTED, "not_sharded"),
+            ApiError::MoveRefused(_) => (StatusCode::CONFLICT, "move_refused"),
             ApiError::Fenced => (StatusCode::SERVICE_UNAVAILABLE, "fenced"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -171,6 +174,7 @@ impl ApiError {
             ApiError::NotSharded(route) => format!(
                 "a sharding router does not offer {route}; ask the shard that holds the keys"
             ),
+            ApiError::MoveRefused(m) => format!("the move cannot start: {m}"),
             ApiError::Internal(_) => "internal error (see the node's log)".into(),
         }
     }

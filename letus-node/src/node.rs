@@ -95,11 +95,22 @@ pub struct Node {
     /// computing one walks every leaf of the trie).
     manifests: Mutex<std::collections::VecDeque<(ManifestKey, Arc<Vec<u8>>)>>,
     /// The subtrees this node holds as a shard behind a router (all 256 otherwise): writes outside them are
-    /// refused.
-    shard: crate::sharding::PrefixSet,
+    /// refused. A move changes them at the version it hands a subtree over.
+    shard: std::sync::RwLock<crate::sharding::PrefixSet>,
+    /// Where a shard keeps its subtrees (`DATA/shard.json`); `None` when the node is not a shard.
+    shard_file: Option<std::path::PathBuf>,
     /// Test-only: the write stage at which `write_block` panics.
     #[cfg(test)]
     pub(crate) panic_at: Mutex<Option<WriteStage>>,
+}
+
+/// What a shard's block part changes or breaks about the subtrees it holds, checked once the version is known
+/// to be new.
+struct ShardChange {
+    /// The first write outside the subtrees the shard holds at this version.
+    misrouted: Option<String>,
+    /// The subtrees it holds from this version on, when they change.
+    holds: Option<crate::sharding::PrefixSet>,
 }
 
 /// `(tid, version, max_pairs)` of a cached manifest.
@@ -146,6 +157,17 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
 /// A write with its hex decoded: `(tid, key, value or None for a delete)`.
 /// A block write decoded from its request: trie, key, value (`None`: delete).
 pub type DecodedWrite = (u32, Vec<u8>, Option<Vec<u8>>);
+
+/// Write `i` of the request's list `field`, its hex decoded (errors name the field).
+fn decode_write(w: &WriteOp, field: &str, i: usize) -> Result<DecodedWrite, ApiError> {
+    let key = hex_field(&w.key, &format!("{field}[{i}].key"))?;
+    let value = w
+        .value
+        .as_deref()
+        .map(|v| hex_field(v, &format!("{field}[{i}].value")))
+        .transpose()?;
+    Ok((w.tid, key, value))
+}
 
 /// The fingerprint of a block request, stored with the block so that a repeated POST can be told from a
 /// different block for the same version.
@@ -215,7 +237,8 @@ impl Node {
             wedged: OnceLock::new(),
             tiers: None,
             manifests: Mutex::new(Default::default()),
-            shard: crate::sharding::PrefixSet::ALL,
+            shard: std::sync::RwLock::new(crate::sharding::PrefixSet::ALL),
+            shard_file: None,
             #[cfg(test)]
             panic_at: Mutex::new(None),
         })
@@ -237,9 +260,41 @@ impl Node {
 
     /// The node as a shard holding the subtrees `prefixes` (SPEC.md §3.4's first page level): writes of keys
     /// outside them are refused with `wrong_shard`, so that a misrouted write never lands in the wrong store.
-    pub fn with_shard(mut self, prefixes: crate::sharding::PrefixSet) -> Node {
-        self.shard = prefixes;
-        self
+    /// `prefixes` is the first start's set: once a move changed it, the set saved in `dir/shard.json` is the
+    /// shard's (a warning names the difference).
+    pub fn with_shard(
+        mut self,
+        prefixes: crate::sharding::PrefixSet,
+        dir: &std::path::Path,
+    ) -> Result<Node, String> {
+        let file = dir.join(crate::sharding::SHARD_FILE);
+        let held = match crate::sharding::read_held(&file)? {
+            Some(saved) => {
+                if saved != prefixes {
+                    tracing::warn!(
+                        flag = %prefixes,
+                        held = %saved,
+                        "subtree moves changed this shard's subtrees since its first start: it holds {saved}"
+                    );
+                }
+                saved
+            }
+            None => {
+                crate::sharding::write_held(&file, &prefixes)
+                    .map_err(|e| format!("{}: {e}", file.display()))?;
+                prefixes
+            }
+        };
+        self.shard = std::sync::RwLock::new(held);
+        self.shard_file = Some(file);
+        Ok(self)
+    }
+
+    fn held(&self) -> crate::sharding::PrefixSet {
+        *self
+            .shard
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The non-empty subtrees at depth 2 of every trie at `version` (default latest), with the subtrees this
@@ -257,7 +312,7 @@ impl Node {
             }
         }
         Ok(ShardTopsResponse {
-            prefixes: self.shard.to_string(),
+            prefixes: self.held().to_string(),
             version: v,
             tries,
         })
@@ -386,29 +441,60 @@ impl Node {
 
     /// Writes one block (SPEC of `POST /v1/blocks` in the README).
     pub fn write_block(&self, req: BlockRequest) -> Result<DigestsResponse, ApiError> {
-        if req.writes.len() > self.limits.max_block_writes {
+        self.write_shard_block(ShardBlockRequest {
+            block: req,
+            moving: Vec::new(),
+            holds: None,
+        })
+    }
+
+    /// Writes a sharding router's part of a block (`POST /v1/shard/blocks`): the block's writes in this shard's
+    /// subtrees, then the `moving` ones, with the subtrees it holds from this version on when a move hands one
+    /// over. A node that is not a shard takes only a plain block.
+    pub fn write_shard_block(&self, part: ShardBlockRequest) -> Result<DigestsResponse, ApiError> {
+        let ShardBlockRequest {
+            block: req,
+            moving,
+            holds,
+        } = part;
+        if self.shard_file.is_none() && (!moving.is_empty() || holds.is_some()) {
+            return Err(ApiError::BadRequest(
+                "`moving` and `holds` are for a shard (letus serve --shard-prefixes)".into(),
+            ));
+        }
+        let holds = holds
+            .as_deref()
+            .map(crate::sharding::PrefixSet::parse)
+            .transpose()
+            .map_err(|e| ApiError::BadRequest(format!("holds: {e}")))?;
+        let held = holds.unwrap_or_else(|| self.held());
+        if req.writes.len() > self.limits.max_block_writes
+            || moving.len() > self.limits.max_block_writes
+        {
             return Err(ApiError::TooLarge(format!(
                 "{} writes; at most {} per block",
                 req.writes.len(),
                 self.limits.max_block_writes
             )));
         }
-        let mut writes = Vec::with_capacity(req.writes.len());
+        let mut writes = Vec::with_capacity(req.writes.len() + moving.len());
+        let mut misrouted = None;
         for (i, w) in req.writes.iter().enumerate() {
-            let key = hex_field(&w.key, &format!("writes[{i}].key"))?;
-            let value = w
-                .value
-                .as_deref()
-                .map(|v| hex_field(v, &format!("writes[{i}].value")))
-                .transpose()?;
+            let (tid, key, value) = decode_write(w, "writes", i)?;
             let path = letus_verify::KeyPath::of(&key);
-            if !self.shard.holds(&path) {
-                return Err(ApiError::WrongShard(format!(
-                    "writes[{i}]: its key is in subtree {:02x}; this shard holds {}",
-                    path.0[0], self.shard
-                )));
+            if misrouted.is_none() && !held.holds(&path) {
+                misrouted = Some(format!(
+                    "writes[{i}]: its key is in subtree {:02x}; this shard holds {held}",
+                    path.0[0]
+                ));
             }
-            writes.push((w.tid, key, value));
+            writes.push((tid, key, value));
+        }
+        // The fingerprint is the client's block alone: a retry of a finished version, split again by the router
+        // without the move that rode along, is still recognized.
+        let client_writes = writes.len();
+        for (i, w) in moving.iter().enumerate() {
+            writes.push(decode_write(w, "moving", i)?);
         }
         let block = req
             .block
@@ -428,7 +514,11 @@ impl Node {
         for (i, a) in req.access_list.iter().enumerate() {
             access.push((a.tid, hex_field(&a.key, &format!("access_list[{i}].key"))?));
         }
-        let fingerprint = request_hash(req.version, &writes, &block);
+        let fingerprint = request_hash(req.version, &writes[..client_writes], &block);
+        let shard_change = ShardChange {
+            misrouted,
+            holds: holds.filter(|h| *h != self.held()),
+        };
 
         let mut store = self.store.lock().map_err(lock_err)?;
         // Checked under the lock: a writer that waited for it behind the one that wedged the node sees it.
@@ -449,6 +539,7 @@ impl Node {
                 &block,
                 &access,
                 fingerprint,
+                shard_change,
             )
         }));
         match r {
@@ -482,6 +573,7 @@ impl Node {
         block: &[u8],
         access: &[(u32, Vec<u8>)],
         fingerprint: [u8; 32],
+        shard_change: ShardChange,
     ) -> Result<DigestsResponse, ApiError> {
         let latest = store.latest_version();
         if let Some(latest) = latest {
@@ -513,6 +605,22 @@ impl Node {
             }
         } else if req_version == 0 {
             return Err(ApiError::BadRequest("versions start at 1".into()));
+        }
+        // Only a new version is checked against the subtrees: a retry of a committed one, which a router splits
+        // by the map of its version, may name a subtree handed over since.
+        if let Some(m) = shard_change.misrouted {
+            return Err(ApiError::WrongShard(m));
+        }
+        if let (Some(h), Some(file)) = (shard_change.holds, &self.shard_file) {
+            // Saved before the version commits: a crash in between leaves the new set and an uncommitted version,
+            // which the router's decision sends again with the same set.
+            crate::sharding::write_held(file, &h)
+                .map_err(|e| ApiError::Unavailable(format!("saving the shard's subtrees: {e}")))?;
+            tracing::info!(version = req_version, held = %h, "this shard's subtrees changed");
+            *self
+                .shard
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = h;
         }
         // Prefetch the access list: pages and values load in parallel, so applying the writes finds them cached.
         if let Some(v) = latest {

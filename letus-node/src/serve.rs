@@ -609,7 +609,7 @@ pub fn serve_until(
         node = node.with_tiers(t);
     }
     if let Some(p) = cfg.shard {
-        node = node.with_shard(p);
+        node = node.with_shard(p, &cfg.data)?;
     }
     let node = Arc::new(node);
     let stop_following = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -72,6 +72,7 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         )
         .route("/v1/tries/{tid}/changes", get(changes))
         .route("/v1/shard/tops", get(shard_tops))
+        .route("/v1/shard/blocks", post(write_shard_block))
         .route("/v1/tiers", get(tiers))
         .route("/v1/admin/prune", post(prune))
         .fallback(|| async { ApiError::NotFound })
@@ -242,11 +243,6 @@ async fn write_block(
     State(s): State<AppState>,
     req: Request,
 ) -> Result<Json<DigestsResponse>, ApiError> {
-    // The token before any byte of the body: a client without it gets its 401 while its body is still unread
-    // (hyper then closes the connection rather than read the rest), so it cannot make the node buffer anything.
-    if !authorized(req.headers(), &s.node.token) {
-        return Err(ApiError::Unauthorized);
-    }
     let with_tops = match req.uri().query() {
         None | Some("") | Some("tops=false") => false,
         Some("tops=true") => true,
@@ -256,8 +252,7 @@ async fn write_block(
             )))
         }
     };
-    let body = Bytes::from_request(req, &s).await;
-    let req: BlockRequest = parse_json(body, s.node.limits.max_body_bytes)?;
+    let req: BlockRequest = authorized_json(&s, req).await?;
     let node = s.node.clone();
     let started = Instant::now();
     let r = blocking(move || {
@@ -265,6 +260,38 @@ async fn write_block(
         if with_tops {
             r.tops = Some(node.shard_tops(Some(r.version))?.tries);
         }
+        Ok(r)
+    })
+    .await?;
+    s.metrics.observe_commit(started.elapsed());
+    Ok(Json(r))
+}
+
+/// The JSON body of a write, read only once its token checked out: a client without it gets its 401 while its
+/// body is still unread (hyper then closes the connection rather than read the rest), so it cannot make the node
+/// buffer anything.
+async fn authorized_json<T: serde::de::DeserializeOwned>(
+    s: &AppState,
+    req: Request,
+) -> Result<T, ApiError> {
+    if !authorized(req.headers(), &s.node.token) {
+        return Err(ApiError::Unauthorized);
+    }
+    let body = Bytes::from_request(req, s).await;
+    parse_json(body, s.node.limits.max_body_bytes)
+}
+
+/// `POST /v1/shard/blocks`: a router's part of a block; answers with the shard's tops at the version.
+async fn write_shard_block(
+    State(s): State<AppState>,
+    req: Request,
+) -> Result<Json<DigestsResponse>, ApiError> {
+    let req: ShardBlockRequest = authorized_json(&s, req).await?;
+    let node = s.node.clone();
+    let started = Instant::now();
+    let r = blocking(move || {
+        let mut r = node.write_shard_block(req)?;
+        r.tops = Some(node.shard_tops(Some(r.version))?.tries);
         Ok(r)
     })
     .await?;

@@ -258,6 +258,17 @@ async fn every_documented_status_of_every_route_is_produced() {
         case("POST", "/v1/blocks", 413, "too_large")
             .json(block(4, &[(&b"k"[..], None); 11]))
             .token(),
+        // A router's part of a block: a node that is no shard takes a plain part, not a move's writes.
+        case("POST", "/v1/shard/blocks", 200, "")
+            .json(blocks[2].clone())
+            .token(),
+        case("POST", "/v1/shard/blocks", 400, "bad_request")
+            .json(json!({"version": 4, "moving": [{"tid": 0, "key": "6b", "value": "01"}]}))
+            .token(),
+        case("POST", "/v1/shard/blocks", 401, "unauthorized").json(block(4, &[])),
+        case("POST", "/v1/shard/blocks", 409, "version_conflict")
+            .json(block(3, &[]))
+            .token(),
         case("GET", "/v1/blocks/1", 200, ""),
         case("GET", "/v1/blocks/one", 400, "bad_request"),
         case("GET", "/v1/blocks/99", 404, "block_not_found"),

@@ -894,3 +894,196 @@ fn a_shard_cut_off_in_a_network_namespace_fails_writes_cleanly_and_rejoins() {
     }
     same_answers(&ref_url, &url, &[1, 6, blocks.len() as u64]);
 }
+
+/// Posts a move to the router; returns the status and answer.
+fn ask_move(router: &str, prefix: &str, to: usize) -> (u16, Value) {
+    let mut res = agent()
+        .post(format!("{router}/v1/shard/moves"))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .send_json(json!({"prefix": prefix, "to": to}))
+        .unwrap();
+    let status = res.status().as_u16();
+    (status, res.body_mut().read_json().unwrap_or(Value::Null))
+}
+
+/// Moves subtree 3f from shard 0 to shard 1 and back while blocks keep coming, with the router SIGKILLed in the
+/// middle of the first move and shard 1 SIGKILLed and restarted with its first `--shard-prefixes` after the
+/// handover. Every block's digests are the reference's; afterwards values, proofs and the histories of the moved
+/// keys (which now span both shards) are the reference's at versions before, during and after the moves; the
+/// shards hold the subtrees the map says, and the old copies are gone from their latest state.
+#[test]
+fn a_subtree_moves_between_shards_while_blocks_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reference, ref_url) = serve_with(&dir.path().join("reference"), TOKEN, SMALL);
+    let _reference = Killed(reference);
+    let d = dir.path().join("cluster");
+    let ports = [free_port(), free_port()];
+    let mut shards: Vec<Killed> = (0..2)
+        .map(|i| Killed(shard_at(&d, ports[i], i, 2)))
+        .collect();
+    let urls: Vec<String> = ports
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{p}"))
+        .collect();
+    let (router, mut url) = start_router(&d, &urls);
+    let router = Killed(router);
+    let moved_keys: Vec<String> = (0..ACCOUNTS)
+        .map(account)
+        .filter(|k| letus_verify::KeyPath::of(&letus_verify::hex::decode(k).unwrap()).0[0] == 0x3f)
+        .collect();
+    assert!(moved_keys.len() > 3, "{} keys in 3f", moved_keys.len());
+    // Every block writes the moving subtree in both tries (a copy that missed one would differ), and deletes
+    // one of its keys now and then.
+    let mut blocks = chain();
+    let first_moves = blocks.len() as u64 + 1;
+    for v in first_moves..first_moves + 40 {
+        let mut b = payment_block(v);
+        let k = &moved_keys[v as usize % moved_keys.len()];
+        b.writes.retain(|w| w.key != *k);
+        let value = (v % 6 != 0).then(|| hex(format!("moved {v}").as_bytes()));
+        b.writes.push(WriteOp {
+            tid: 0,
+            key: k.clone(),
+            value,
+        });
+        b.writes.push(WriteOp {
+            tid: 1,
+            key: k.clone(),
+            value: Some(hex(&v.to_le_bytes())),
+        });
+        blocks.push(b);
+    }
+    let mut at = 0usize;
+    let commit = |url: &str, at: &mut usize| {
+        let b = &blocks[*at];
+        assert_eq!(post_block(&ref_url, TOKEN, b).0, 200);
+        let want = get(&format!("{ref_url}/v1/digest/{}", b.version)).1;
+        assert_eq!(
+            post_block(url, TOKEN, b),
+            (200, want),
+            "block {}",
+            b.version
+        );
+        *at += 1;
+    };
+    while (at as u64) < first_moves - 1 {
+        commit(&url, &mut at);
+    }
+    let map = |url: &str| get(&format!("{url}/v1/shard/map")).1;
+    let phase = |url: &str| map(url)["map"]["task"]["phase"].clone();
+
+    // Refused: no token, to the shard that holds it, a second move at once.
+    let (status, _) = post(
+        &format!("{url}/v1/shard/moves"),
+        &json!({"prefix": "3f", "to": 1}),
+    );
+    assert_eq!(status, 401);
+    assert_eq!(ask_move(&url, "3f", 0).1["error"]["code"], "move_refused");
+    let (status, body) = ask_move(&url, "3f", 1);
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(ask_move(&url, "40", 0).1["error"]["code"], "move_refused");
+
+    // The first step copies trie 0's part; the router dies; its successor goes on from the decision's map.
+    commit(&url, &mut at);
+    assert_eq!(phase(&url), "copy");
+    drop(router);
+    let (r, u) = start_router(&d, &urls);
+    let _router = Killed(r);
+    url = u;
+    assert_eq!(phase(&url), "copy");
+    let mut handover = None;
+    while map(&url)["map"]["task"].is_object() {
+        commit(&url, &mut at);
+        let m = map(&url);
+        if handover.is_none() && m["map"]["task"]["phase"] == "drop" {
+            handover = m["map"]["task"]["handed_over"].as_u64();
+            assert_eq!(m["holds"], json!(["00-3e,40-7f", "3f,80-ff"]), "{m}");
+            // Shard 1 restarts with its first flag (80-ff): its saved subtrees win.
+            let _ = shards[1].0.kill();
+            let _ = shards[1].0.wait();
+            shards[1] = Killed(shard_at(&d, ports[1], 1, 2));
+            assert_eq!(
+                get(&format!("{}/v1/shard/tops", urls[1])).1["prefixes"],
+                "3f,80-ff"
+            );
+        }
+        assert!(at < blocks.len() - 10, "the move did not finish: {m}");
+    }
+    let w1 = handover.expect("handed over");
+    // The old copy is gone from shard 0's latest state, kept in its history.
+    let latest = at as u64;
+    let top_prefixes = |shard: &str, v: u64| -> Vec<u64> {
+        get(&format!("{shard}/v1/shard/tops?version={v}")).1["tries"][0]["tops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["prefix"].as_u64().unwrap())
+            .collect()
+    };
+    assert!(!top_prefixes(&urls[0], latest).contains(&0x3f));
+    assert!(top_prefixes(&urls[0], w1 - 1).contains(&0x3f));
+    // A write of the moved subtree straight to its old shard is refused now.
+    let mut stray = payment_block(latest + 1);
+    stray.writes = vec![WriteOp {
+        tid: 0,
+        key: moved_keys[0].clone(),
+        value: Some(hex(b"stray")),
+    }];
+    assert_eq!(
+        post_block(&urls[0], TOKEN, &stray).1["error"]["code"],
+        "wrong_shard"
+    );
+
+    // And back: shard 0 takes it again (its history of the subtree then spans three stretches).
+    assert_eq!(ask_move(&url, "3f", 0).0, 202);
+    commit(&url, &mut at);
+    while map(&url)["map"]["task"].is_object() {
+        commit(&url, &mut at);
+        assert!(at < blocks.len() - 2, "the move back did not finish");
+    }
+    let m = map(&url);
+    let handovers = m["map"]["moved"]["63"].as_array().unwrap().clone();
+    assert_eq!(handovers.len(), 2, "{m}");
+    assert_eq!(m["holds"], json!(["00-7f", "80-ff"]));
+    while at < blocks.len() {
+        commit(&url, &mut at);
+    }
+    let last = at as u64;
+    let w2 = handovers[1]["from"].as_u64().unwrap();
+    same_answers(
+        &ref_url,
+        &url,
+        &[
+            first_moves - 1,
+            first_moves + 1,
+            w1 - 1,
+            w1,
+            w1 + 1,
+            w2 - 1,
+            w2,
+            last,
+        ],
+    );
+    for k in moved_keys.iter().take(6) {
+        for q in ["proofs=true&limit=1000", "limit=3"] {
+            let path = format!("/v1/tries/0/keys/{k}/history?{q}");
+            let want = get(&format!("{ref_url}{path}"));
+            assert_eq!(want, get(&format!("{url}{path}")), "{path}");
+            // Following the cursor through the stretches gives the same pages.
+            let mut next = want.1["next"].as_u64();
+            while let Some(n) = next {
+                let path = format!("/v1/tries/0/keys/{k}/history?limit=3&before={n}");
+                let want = get(&format!("{ref_url}{path}"));
+                assert_eq!(want, get(&format!("{url}{path}")), "{path}");
+                next = want.1["next"].as_u64();
+            }
+        }
+        for v in [w1 - 1, w1, w2 - 1, w2, last] {
+            let body = json!({"key": k, "version": v});
+            assert_eq!(
+                post(&format!("{ref_url}/v1/tries/0/value"), &body),
+                post(&format!("{url}/v1/tries/0/value"), &body)
+            );
+        }
+    }
+}

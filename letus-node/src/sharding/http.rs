@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router as Routes};
 
-use super::router::Router;
+use super::router::{MapResponse, MoveRequest, Router};
 use crate::api::*;
 use crate::error::ApiError;
 use crate::server::{
@@ -49,6 +49,9 @@ pub fn app(router: Arc<Router>) -> axum::Router {
         )
         .route("/v1/tries/{tid}/changes", get(not_sharded("changes")))
         .route("/v1/shard/tops", get(not_sharded("tops")))
+        .route("/v1/shard/blocks", post(not_sharded("shard blocks")))
+        .route("/v1/shard/map", get(shard_map))
+        .route("/v1/shard/moves", post(request_move))
         .route("/v1/tiers", get(not_sharded("tiers")))
         .route("/v1/admin/prune", post(not_sharded("pruning")))
         .fallback(|| async { ApiError::NotFound })
@@ -90,6 +93,21 @@ async fn write_block(State(r): S, req: Request) -> Result<Json<DigestsResponse>,
     let body = Bytes::from_request(req, &()).await;
     let req: BlockRequest = parse_json(body, r.limits.max_body_bytes)?;
     call(&r, move |r| r.write_block(req)).await
+}
+
+async fn shard_map(State(r): S) -> Result<Json<MapResponse>, ApiError> {
+    call(&r, |r| r.map_view()).await
+}
+
+/// `POST /v1/shard/moves`: authenticated like a block write; the next block starts the move.
+async fn request_move(State(r): S, req: Request) -> Result<Response, ApiError> {
+    if !authorized(req.headers(), &r.token) {
+        return Err(ApiError::Unauthorized);
+    }
+    let body = Bytes::from_request(req, &()).await;
+    let req: MoveRequest = parse_json(body, r.limits.max_body_bytes)?;
+    let Json(map) = call(&r, move |r| r.request_move(req)).await?;
+    Ok((axum::http::StatusCode::ACCEPTED, Json(map)).into_response())
 }
 
 async fn block(

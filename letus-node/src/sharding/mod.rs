@@ -11,6 +11,7 @@
 
 pub mod etcd;
 pub mod http;
+pub mod map;
 pub mod router;
 
 use std::fmt;
@@ -27,6 +28,14 @@ pub struct PrefixSet([bool; 256]);
 impl PrefixSet {
     /// All 256 subtrees.
     pub const ALL: PrefixSet = PrefixSet([true; 256]);
+
+    /// No subtree.
+    pub const NONE: PrefixSet = PrefixSet([false; 256]);
+
+    /// The subtrees `p` for which `f(p)`.
+    pub fn from_fn(f: impl Fn(u8) -> bool) -> PrefixSet {
+        PrefixSet(std::array::from_fn(|p| f(p as u8)))
+    }
 
     /// Parses a comma-separated list of two-digit hex prefixes and inclusive ranges: `00-3f,80,c0-ff`.
     pub fn parse(s: &str) -> Result<PrefixSet, String> {
@@ -59,6 +68,11 @@ impl PrefixSet {
     /// The `i`-th of `n` equal contiguous parts of the 256 subtrees (`n` at most 256).
     pub fn part(i: usize, n: usize) -> PrefixSet {
         PrefixSet(std::array::from_fn(|p| p * n / 256 == i))
+    }
+
+    /// The number of subtrees in the set.
+    pub fn count(&self) -> usize {
+        self.0.iter().filter(|x| **x).count()
     }
 
     /// Whether subtree `prefix` is in the set.
@@ -102,6 +116,68 @@ impl fmt::Debug for PrefixSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "PrefixSet({self})")
     }
+}
+
+/// A shard's subtrees in its data directory (FORMAT.md §3.2).
+pub const SHARD_FILE: &str = "shard.json";
+
+/// The magic of [`SHARD_FILE`].
+const SHARD_MAGIC: &str = "letus-shard";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct HeldFile {
+    magic: String,
+    format: u32,
+    prefixes: String,
+    /// The BLAKE3 value hash (SPEC.md §2) of `prefixes`, hex: a damaged file is an error, never another set.
+    check: String,
+}
+
+fn held_check(prefixes: &str) -> String {
+    letus_verify::hash::value_hash(prefixes.as_bytes()).to_string()
+}
+
+/// The subtrees saved in `file`, `None` if it does not exist.
+pub fn read_held(file: &std::path::Path) -> Result<Option<PrefixSet>, String> {
+    let bytes = match std::fs::read(file) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", file.display())),
+    };
+    let bad = |why: String| format!("{}: {why}", file.display());
+    let f: HeldFile = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+    if f.magic != SHARD_MAGIC || f.format != 1 {
+        return Err(bad(format!(
+            "not a shard file of format 1 ({} {})",
+            f.magic, f.format
+        )));
+    }
+    if f.check != held_check(&f.prefixes) {
+        return Err(bad(
+            "its checksum does not match: the file is damaged".into()
+        ));
+    }
+    PrefixSet::parse(&f.prefixes).map(Some).map_err(bad)
+}
+
+/// Saves `set` in `file` durably: a temporary file, fsync, rename, fsync of the directory.
+pub fn write_held(file: &std::path::Path, set: &PrefixSet) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let prefixes = set.to_string();
+    let json = serde_json::to_vec(&HeldFile {
+        magic: SHARD_MAGIC.into(),
+        format: 1,
+        check: held_check(&prefixes),
+        prefixes,
+    })
+    .map_err(std::io::Error::other)?;
+    let tmp = file.with_extension("json.tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&json)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, file)?;
+    let dir = file.parent().unwrap_or(std::path::Path::new("."));
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// The JSON form of a trie's tops.
@@ -168,5 +244,18 @@ mod tests {
         for bad in ["", "g0", "1", "100", "40-3f", ","] {
             assert!(PrefixSet::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_shards_subtrees_survive_a_restart_and_damage_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(SHARD_FILE);
+        assert_eq!(read_held(&file).unwrap(), None);
+        let set = PrefixSet::parse("00-3e,80").unwrap();
+        write_held(&file, &set).unwrap();
+        assert_eq!(read_held(&file).unwrap(), Some(set));
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, text.replace("00-3e", "00-3f")).unwrap();
+        assert!(read_held(&file).unwrap_err().contains("checksum"));
     }
 }

@@ -35,10 +35,14 @@ use letus_verify::{Claim, Digest, Hash, KeyPath, Limits, Proof, Version};
 use serde::{Deserialize, Serialize};
 
 use super::etcd::Etcd;
-use super::{tops_from_json, PrefixSet};
+use super::map::{MoveTask, ShardMap};
+use super::tops_from_json;
+
+mod moving;
 use crate::api::*;
 use crate::error::{hex_field, ApiError};
 use crate::node::NodeLimits;
+pub use moving::{MapResponse, MoveRequest};
 
 /// What the router is started with.
 #[derive(Clone, Debug)]
@@ -223,7 +227,6 @@ impl Drop for Coordinator {
 
 struct Shard {
     url: String,
-    prefixes: PrefixSet,
 }
 
 /// One trie's history of composed roots, from the version that created it.
@@ -325,17 +328,21 @@ impl Finished {
 /// of entries it closes): the router's own entries have 0 there.
 const VERSION_END: u64 = u64::MAX;
 
-/// The durable decision of the version being committed: each shard's part.
+/// The durable decision of the version being committed: each shard's part, and the shard map after it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Pending {
     version: Version,
-    parts: Vec<BlockRequest>,
+    parts: Vec<ShardBlockRequest>,
+    #[serde(default)]
+    map: ShardMap,
 }
 
 struct Writer {
     log: RootsLog,
     /// A version decided but not finished (a shard failed): only the same block may be written next.
     pending: Option<Pending>,
+    /// A move asked for and not yet in a decision: the next block's decision starts it.
+    requested: Option<MoveTask>,
 }
 
 /// Tops of the versions read most recently, per trie.
@@ -356,6 +363,8 @@ pub struct Router {
     coord: Option<Coordinator>,
     writer: Mutex<Writer>,
     finished: RwLock<Finished>,
+    /// The shard map of the last decision (its handovers are final for every version up to it).
+    map: RwLock<ShardMap>,
     tops: Mutex<VecDeque<(Version, VersionTops)>>,
 }
 
@@ -415,17 +424,18 @@ impl Router {
                 .push(e)
                 .map_err(|m| format!("the router's roots log: {m}"))?;
         }
+        // The last decision carries the map, finished or not: it stays in etcd, and `pending.json` is replaced by
+        // the next one rather than removed.
         let pending = match &coord {
             Some(c) => c.decision()?,
             None => read_pending(&cfg.data)?,
         };
+        let map = pending.as_ref().map(|p| p.map.clone()).unwrap_or_default();
         let router = Router {
             shards: shard_urls
                 .iter()
-                .enumerate()
-                .map(|(i, url)| Shard {
+                .map(|url| Shard {
                     url: url.trim_end_matches('/').to_string(),
-                    prefixes: PrefixSet::part(i, n),
                 })
                 .collect(),
             agent: ureq::Agent::config_builder()
@@ -438,8 +448,13 @@ impl Router {
             limits: cfg.limits,
             dir: cfg.data,
             coord,
-            writer: Mutex::new(Writer { log, pending: None }),
+            writer: Mutex::new(Writer {
+                log,
+                pending: None,
+                requested: None,
+            }),
             finished: RwLock::new(finished),
+            map: RwLock::new(map),
             tops: Mutex::new(VecDeque::new()),
         };
         let latest = router.finished().latest;
@@ -498,8 +513,10 @@ impl Router {
     ) -> Result<Option<Version>, String> {
         let deadline = std::time::Instant::now() + wait;
         let latest = self.finished().latest;
+        let map = self.map();
+        let n = self.shards.len();
         let mut newest = None;
-        for s in &self.shards {
+        for (i, s) in self.shards.iter().enumerate() {
             let info = loop {
                 match self.get_json::<ShardTopsResponse>(&s.url, "/v1/shard/tops") {
                     Ok(t) => break Some(t),
@@ -516,12 +533,16 @@ impl Router {
             };
             let shard_latest = info.as_ref().map(|t| t.version);
             if let Some(t) = &info {
-                let holds =
-                    PrefixSet::parse(&t.prefixes).map_err(|e| format!("shard {}: {e}", s.url))?;
-                if holds != s.prefixes {
+                let holds = super::PrefixSet::parse(&t.prefixes)
+                    .map_err(|e| format!("shard {}: {e}", s.url))?;
+                // At the last finished version, or at the next (decided) one if it hands a subtree over.
+                let at = |v: Version| map.holds(i, v, n);
+                let (now, next) = (at(t.version), at(t.version.saturating_add(1)));
+                if Some(holds) != now && Some(holds) != next {
+                    let shown = now.map_or("none".to_string(), |x| x.to_string());
                     return Err(format!(
-                        "shard {} holds the subtrees {holds}; the map gives it {}",
-                        s.url, s.prefixes
+                        "shard {} holds the subtrees {holds}; the map gives it {shown}",
+                        s.url
                     ));
                 }
             }
@@ -568,8 +589,16 @@ impl Router {
         read_answer(&url, req.send_json(body))
     }
 
-    fn owner(&self, prefix: u8) -> usize {
-        prefix as usize * self.shards.len() / 256
+    /// The shard holding subtree `prefix` at version `v`.
+    fn owner(&self, prefix: u8, v: Version) -> usize {
+        self.map().owner(prefix, v, self.shards.len())
+    }
+
+    fn map(&self) -> ShardMap {
+        self.map
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Runs `f` for every shard at once and collects the answers in shard order.
@@ -625,19 +654,10 @@ impl Router {
         if req.version == 0 {
             return Err(ApiError::BadRequest("versions start at 1".into()));
         }
-        let parts = self.split(&req)?;
-        let decision = Pending {
-            version: req.version,
-            parts,
-        };
-        let mut w = self
-            .writer
-            .lock()
-            .map_err(|_| ApiError::Internal("poisoned".into()))?;
-        if self.is_fenced() {
-            return Err(ApiError::Fenced);
-        }
+        let mut w = self.writer_unfenced()?;
         let latest = self.finished().latest;
+        let mut map = self.map();
+        let parts = self.split(&req, &map)?;
         if let Some(p) = &w.pending {
             if p.version != req.version {
                 return Err(ApiError::NotNext {
@@ -645,12 +665,21 @@ impl Router {
                     expected: p.version,
                 });
             }
-            if *p != decision {
+            // The decided parts carry the move that rode along; the client's block is what must match.
+            let same = p.parts.len() == parts.len()
+                && p.parts.iter().zip(&parts).all(|(a, b)| a.block == b.block);
+            if !same {
                 return Err(ApiError::Conflict(req.version));
             }
+            let d = p.clone();
+            return self.finish(&mut w, d);
         } else if latest.is_some_and(|l| req.version <= l) {
             // A retry of a finished version: each shard compares its part with what it committed.
-            self.send_parts(&decision)?;
+            self.send_parts(&Pending {
+                version: req.version,
+                parts,
+                map,
+            })?;
             let f = self.finished();
             return Ok(DigestsResponse {
                 version: req.version,
@@ -665,26 +694,67 @@ impl Router {
                 });
             }
         }
-        if w.pending.is_none() {
-            match &self.coord {
-                Some(c) => c.decide(&decision)?,
-                None => write_pending(&self.dir, &decision)
-                    .map_err(|e| ApiError::Unavailable(format!("writing the decision: {e}")))?,
+        // A new version: the move under way (or the one asked for) takes its step in it.
+        let mut parts = parts;
+        if latest.is_some() {
+            if map.task.is_none() {
+                map.task = w.requested.clone();
             }
-            w.pending = Some(decision.clone());
+            self.move_step(req.version, &req, &mut map, &mut parts)?;
         }
+        let decision = Pending {
+            version: req.version,
+            parts,
+            map,
+        };
+        match &self.coord {
+            Some(c) => c.decide(&decision)?,
+            None => write_pending(&self.dir, &decision)
+                .map_err(|e| ApiError::Unavailable(format!("writing the decision: {e}")))?,
+        }
+        if decision.map.task.is_some() {
+            w.requested = None;
+        }
+        *self
+            .map
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = decision.map.clone();
+        w.pending = Some(decision.clone());
         self.finish(&mut w, decision)
     }
 
-    /// The block's part for each shard: its writes and access-list keys in the shard's subtrees, in block order;
-    /// the raw block goes to shard 0 (which serves `GET /v1/blocks/{v}`).
-    fn split(&self, req: &BlockRequest) -> Result<Vec<BlockRequest>, ApiError> {
-        let mut parts: Vec<BlockRequest> = (0..self.shards.len())
-            .map(|i| BlockRequest {
-                version: req.version,
-                writes: Vec::new(),
-                block: if i == 0 { req.block.clone() } else { None },
-                access_list: Vec::new(),
+    /// The writer, while this router leads (`fenced` once its lease ended).
+    fn writer_unfenced(&self) -> Result<std::sync::MutexGuard<'_, Writer>, ApiError> {
+        let w = self
+            .writer
+            .lock()
+            .map_err(|_| ApiError::Internal("poisoned".into()))?;
+        if self.is_fenced() {
+            return Err(ApiError::Fenced);
+        }
+        Ok(w)
+    }
+
+    /// The block's part for each shard: its writes and access-list keys in the subtrees the shard holds at the
+    /// block's version by `map`, in block order; the raw block goes to shard 0 (which serves
+    /// `GET /v1/blocks/{v}`).
+    fn split(
+        &self,
+        req: &BlockRequest,
+        map: &ShardMap,
+    ) -> Result<Vec<ShardBlockRequest>, ApiError> {
+        let n = self.shards.len();
+        let owner = |key: &[u8]| map.owner(KeyPath::of(key).0[0], req.version, n);
+        let mut parts: Vec<ShardBlockRequest> = (0..n)
+            .map(|i| ShardBlockRequest {
+                block: BlockRequest {
+                    version: req.version,
+                    writes: Vec::new(),
+                    block: if i == 0 { req.block.clone() } else { None },
+                    access_list: Vec::new(),
+                },
+                moving: Vec::new(),
+                holds: None,
             })
             .collect();
         for (i, w) in req.writes.iter().enumerate() {
@@ -692,15 +762,11 @@ impl Router {
             if let Some(v) = &w.value {
                 hex_field(v, &format!("writes[{i}].value"))?;
             }
-            parts[self.owner(KeyPath::of(&key).0[0])]
-                .writes
-                .push(w.clone());
+            parts[owner(&key)].block.writes.push(w.clone());
         }
         for (i, a) in req.access_list.iter().enumerate() {
             let key = hex_field(&a.key, &format!("access_list[{i}].key"))?;
-            parts[self.owner(KeyPath::of(&key).0[0])]
-                .access_list
-                .push(a.clone());
+            parts[owner(&key)].block.access_list.push(a.clone());
         }
         Ok(parts)
     }
@@ -709,7 +775,7 @@ impl Router {
     fn send_parts(&self, d: &Pending) -> Result<VersionTops, ApiError> {
         let answers = self.each_shard(|i, s| {
             let a: DigestsResponse =
-                self.post_json(&s.url, "/v1/blocks?tops=true", &d.parts[i], true)?;
+                self.post_json(&s.url, "/v1/shard/blocks", &d.parts[i], true)?;
             let tops = a.tops.ok_or_else(|| {
                 ApiError::ShardInconsistent(format!("{} answered a block without its tops", s.url))
             })?;
@@ -724,10 +790,6 @@ impl Router {
         let v = d.version;
         self.record(w, v, tops)?;
         w.pending = None;
-        if self.coord.is_none() {
-            // The decision is finished: its file only matters while it is above the roots log.
-            let _ = std::fs::remove_file(self.dir.join(PENDING));
-        }
         let f = self.finished();
         Ok(DigestsResponse {
             version: v,
@@ -835,7 +897,9 @@ impl Router {
         answers: Vec<Result<(Version, Vec<TrieTops>), ApiError>>,
     ) -> Result<VersionTops, ApiError> {
         let mut per_trie: BTreeMap<u32, Vec<Tops>> = BTreeMap::new();
-        for (s, a) in self.shards.iter().zip(answers) {
+        let map = self.map();
+        let n = self.shards.len();
+        for (i, (s, a)) in self.shards.iter().zip(answers).enumerate() {
             let (version, tries) = a?;
             if version != v {
                 return Err(ApiError::ShardInconsistent(format!(
@@ -844,14 +908,11 @@ impl Router {
                 )));
             }
             for t in tries {
+                // A shard may also hold a subtree it is being given or whose old copy it is dropping: only the
+                // subtrees it holds at `v` count.
                 let tops = tops_from_json(&t.tops)
-                    .map_err(|e| ApiError::ShardInconsistent(format!("{}: {e}", s.url)))?;
-                if tops != tops.filter(|p| s.prefixes.contains(p)) {
-                    return Err(ApiError::ShardInconsistent(format!(
-                        "{} reports subtrees outside {}",
-                        s.url, s.prefixes
-                    )));
-                }
+                    .map_err(|e| ApiError::ShardInconsistent(format!("{}: {e}", s.url)))?
+                    .filter(|p| map.owner(p, v, n) == i);
                 per_trie.entry(t.tid).or_default().push(tops);
             }
         }
@@ -886,11 +947,15 @@ impl Router {
         for (i, k) in keys.iter().enumerate() {
             by_prefix.entry(KeyPath::of(k).0[0]).or_default().push(i);
         }
-        let mut which: Vec<usize> = by_prefix.keys().map(|p| self.owner(*p)).collect();
+        let map = self.map();
+        let n = self.shards.len();
+        let owner = |p: u8| map.owner(p, v, n);
+        let mut which: Vec<usize> = by_prefix.keys().map(|p| owner(*p)).collect();
+        which.sort_unstable();
         which.dedup();
         let answers = self.on_shards(&which, |si, s| {
             let mut out = Vec::new();
-            for (prefix, idx) in by_prefix.iter().filter(|(p, _)| self.owner(**p) == si) {
+            for (prefix, idx) in by_prefix.iter().filter(|(p, _)| owner(**p) == si) {
                 let req = MultiProofRequest {
                     keys: idx.iter().map(|i| hex(&keys[*i])).collect(),
                     version: Some(v),
@@ -1009,12 +1074,23 @@ impl Router {
     /// version.
     pub fn history(&self, tid: u32, req: HistoryRequest) -> Result<HistoryResponse, ApiError> {
         let key = hex_field(&req.key, "key")?;
-        let s = &self.shards[self.owner(KeyPath::of(&key).0[0])];
         let latest = self.finished().latest.ok_or(ApiError::Empty)?;
-        let mut answer: HistoryResponse =
-            self.post_json(&s.url, &format!("/v1/tries/{tid}/history"), &req, false)?;
-        // Entries the shard committed after the router's last finished version are not answered yet.
-        answer.entries.retain(|e| e.version <= latest);
+        let prefix = KeyPath::of(&key).0[0];
+        let mut answer = if self.map().moved.contains_key(&prefix) {
+            self.finished().digest(tid, latest)?;
+            self.history_across_moves(tid, &key, &req, latest)?
+        } else {
+            let s = &self.shards[self.owner(prefix, latest)];
+            let ask = HistoryRequest {
+                proofs: false,
+                ..req.clone()
+            };
+            let mut a: HistoryResponse =
+                self.post_json(&s.url, &format!("/v1/tries/{tid}/history"), &ask, false)?;
+            // Entries the shard committed after the router's last finished version are not answered yet.
+            a.entries.retain(|e| e.version <= latest);
+            a
+        };
         if req.proofs {
             for e in &mut answer.entries {
                 let Proved {
@@ -1140,23 +1216,101 @@ fn read_answer<T: serde::de::DeserializeOwned>(
 
 const PENDING: &str = "pending.json";
 
+/// The magic of `pending.json`.
+const PENDING_MAGIC: &str = "letus-router-decision";
+
+/// `pending.json` (FORMAT.md §3.1): the decision, as etcd holds it, with a magic, a format and a check.
+#[derive(Serialize, Deserialize)]
+struct PendingFile {
+    magic: String,
+    format: u32,
+    /// The value hash (SPEC.md §2) of `decision`.
+    check: String,
+    /// The decision's JSON text.
+    decision: String,
+}
+
 fn read_pending(dir: &Path) -> Result<Option<Pending>, String> {
     let path = dir.join(PENDING);
-    match std::fs::read(&path) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| format!("{}: {e}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+    let bad = |why: String| format!("{}: {why}", path.display());
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(bad(e.to_string())),
+    };
+    let f: PendingFile = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+    if f.magic != PENDING_MAGIC || f.format != 1 {
+        return Err(bad(format!(
+            "not a router decision of format 1 ({} {})",
+            f.magic, f.format
+        )));
     }
+    let text = f.decision.as_str();
+    if f.check != letus_verify::hash::value_hash(text.as_bytes()).to_string() {
+        return Err(bad(
+            "its checksum does not match: the file is damaged".into()
+        ));
+    }
+    serde_json::from_str(text)
+        .map(Some)
+        .map_err(|e| bad(e.to_string()))
 }
 
 /// Writes the decision durably: a temporary file, fsync, rename, fsync of the directory.
 fn write_pending(dir: &Path, p: &Pending) -> std::io::Result<()> {
+    let text = serde_json::to_string(p).map_err(std::io::Error::other)?;
+    let file = PendingFile {
+        magic: PENDING_MAGIC.into(),
+        format: 1,
+        check: letus_verify::hash::value_hash(text.as_bytes()).to_string(),
+        decision: text,
+    };
     let tmp = dir.join("pending.json.tmp");
     let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(&serde_json::to_vec(p).map_err(std::io::Error::other)?)?;
+    f.write_all(&serde_json::to_vec(&file).map_err(std::io::Error::other)?)?;
     f.sync_all()?;
     std::fs::rename(&tmp, dir.join(PENDING))?;
     std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decision_survives_a_restart_and_damage_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_pending(dir.path()).unwrap(), None);
+        let mut map = ShardMap::default();
+        map.moved.insert(
+            0x3f,
+            vec![super::super::map::Handover { from: 7, shard: 1 }],
+        );
+        let d = Pending {
+            version: 7,
+            parts: vec![ShardBlockRequest {
+                block: BlockRequest {
+                    version: 7,
+                    writes: vec![WriteOp {
+                        tid: 0,
+                        key: "6b".into(),
+                        value: Some("01".into()),
+                    }],
+                    block: None,
+                    access_list: vec![],
+                },
+                moving: vec![],
+                holds: Some("3f,80-ff".into()),
+            }],
+            map,
+        };
+        write_pending(dir.path(), &d).unwrap();
+        assert_eq!(read_pending(dir.path()).unwrap(), Some(d));
+        let path = dir.path().join(PENDING);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("3f,80-ff", "3f,81-ff")).unwrap();
+        assert!(read_pending(dir.path()).unwrap_err().contains("checksum"));
+        std::fs::write(&path, b"{\"magic\": \"x\"").unwrap();
+        assert!(read_pending(dir.path()).is_err());
+    }
 }
