@@ -480,9 +480,16 @@ fn shards_and_routers_killed_at_random_lose_no_acknowledged_version() {
         })
     };
     let mut rng = letus_workload::Rng::new(2026);
-    let (mut router_kills, mut shard_kills) = (0, 0);
-    for _ in 0..kills {
+    let (mut router_kills, mut shard_kills, mut moves_asked) = (0, 0, 0);
+    for k in 0..kills {
         std::thread::sleep(std::time::Duration::from_millis(10 + rng.below(120)));
+        // Subtree moves run through the kills too: one asked for now and then (refused while one runs).
+        if k % 8 == 0 {
+            let (prefix, to) = (rng.below(256), rng.below(n as u64));
+            if let Some(202) = try_ask_move(&url, &format!("{prefix:02x}"), to as usize) {
+                moves_asked += 1;
+            }
+        }
         let target = rng.below(n as u64 + 2) as usize;
         if target >= n {
             let _ = router.0.kill();
@@ -510,10 +517,15 @@ fn shards_and_routers_killed_at_random_lose_no_acknowledged_version() {
         "only {last} blocks were written during the kills"
     );
     let failed = failed.load(Ordering::Relaxed);
+    let map = get(&format!("{url}/v1/shard/map")).1;
+    let handovers: usize = map["map"]["moved"]
+        .as_object()
+        .map_or(0, |m| m.values().map(|h| h.as_array().unwrap().len()).sum());
     eprintln!(
-        "{router_kills} router and {shard_kills} shard SIGKILLs; {last} blocks acknowledged; {failed} attempts failed and were retried"
+        "{router_kills} router and {shard_kills} shard SIGKILLs; {last} blocks acknowledged; {failed} attempts failed and were retried; {moves_asked} moves asked for, {handovers} subtrees handed over"
     );
     assert!(failed > 0, "no kill hit a commit");
+    assert!(handovers > 0, "no move finished its handover: {map}");
 
     let (reference, ref_url) = serve_with(&d.join("reference"), TOKEN, SMALL);
     let _reference = Killed(reference);
@@ -654,9 +666,16 @@ fn a_router_that_dies_or_stalls_is_replaced_through_etcd() {
     let b = Killed(b);
     assert_eq!(get(&format!("{b_url}/v1/digest")).1, digest(6));
     assert_eq!(post_block(&b_url, TOKEN, &blocks[5]), (200, digest(6)));
-    for blk in &blocks[6..15] {
+    for blk in &blocks[6..14] {
         assert_eq!(post_block(&b_url, TOKEN, blk), (200, digest(blk.version)));
     }
+    // B starts moving subtree 3f to shard 1 (its step of version 15 is in etcd's decision); C finishes the move.
+    assert_eq!(ask_move(&b_url, "3f", 1).0, 202);
+    assert_eq!(post_block(&b_url, TOKEN, &blocks[14]), (200, digest(15)));
+    assert_eq!(
+        get(&format!("{b_url}/v1/shard/map")).1["map"]["task"]["phase"],
+        "copy"
+    );
     same_answers(&ref_url, &b_url, &[1, 6, 15]);
 
     // Router C waits while B leads; B stops (SIGSTOP) past its lease and C takes over.
@@ -704,7 +723,15 @@ fn a_router_that_dies_or_stalls_is_replaced_through_etcd() {
         assert_eq!(post_block(&c_url, TOKEN, blk), (200, digest(blk.version)));
     }
     let last = blocks.len() as u64;
-    same_answers(&ref_url, &c_url, &[1, 6, 15, last]);
+    let map = get(&format!("{c_url}/v1/shard/map")).1;
+    assert!(map["map"]["task"].is_null(), "the move finished: {map}");
+    let handed_over = map["map"]["moved"]["63"][0]["from"].as_u64().unwrap();
+    assert!(handed_over > 15, "{map}");
+    same_answers(
+        &ref_url,
+        &c_url,
+        &[1, 6, 15, handed_over - 1, handed_over, last],
+    );
     // A router whose --shard flags are not the map in etcd is refused.
     let out = route_cmd(&d.join("router-d"), &etcd, &urls[..1])
         .output()
@@ -893,6 +920,16 @@ fn a_shard_cut_off_in_a_network_namespace_fails_writes_cleanly_and_rejoins() {
         assert_eq!(post_block(&url, TOKEN, b), (200, digest(b.version)));
     }
     same_answers(&ref_url, &url, &[1, 6, blocks.len() as u64]);
+}
+
+/// Asks for a move; the status, or `None` when the router is down.
+fn try_ask_move(router: &str, prefix: &str, to: usize) -> Option<u16> {
+    agent()
+        .post(format!("{router}/v1/shard/moves"))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .send_json(json!({"prefix": prefix, "to": to}))
+        .ok()
+        .map(|r| r.status().as_u16())
 }
 
 /// Posts a move to the router; returns the status and answer.
