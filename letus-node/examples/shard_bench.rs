@@ -3,7 +3,7 @@
 //!
 //! `cargo build --release -p letus-node --bin letus --example shard_bench && \
 //!     ./target/release/examples/shard_bench --accounts 1000000 --dir /path/on/the/disk [--shards 1,2,4] \
-//!     [--blocks 200] [--bin target/release/letus]`
+//!     [--blocks 200] [--moves 8] [--bin target/release/letus]`
 //!
 //! For each setup (first a single `letus serve`, then `letus route` over N shard nodes, each shard
 //! `--shard-prefixes` the N-th part of 00-ff): `accounts` accounts are written through the API in blocks of 10,000,
@@ -39,6 +39,10 @@ struct Args {
     /// The `letus` binary (default: next to this example's directory).
     #[arg(long)]
     bin: Option<PathBuf>,
+    /// Subtree moves measured after the payment blocks of each setup of 2 shards or more: one after the other,
+    /// each to the next shard, while payment blocks go on (0: none).
+    #[arg(long, default_value_t = 0)]
+    moves: u64,
 }
 
 const TOKEN: &str = "shard-bench";
@@ -129,8 +133,45 @@ fn block(version: u64, writes: Vec<WriteOp>) -> BlockRequest {
     }
 }
 
-/// Loads the accounts and runs the payment blocks against `url`; returns the figures as JSON.
-fn run(args: &Args, url: &str, pids: &[(String, u32)]) -> serde_json::Value {
+/// Payment block `v`: 1,000 transfers (2,000 writes, 80% on 20% of the accounts).
+fn payment(rng: &mut letus_workload::Rng, v: u64, accounts: u64) -> BlockRequest {
+    let mut writes = std::collections::BTreeMap::new();
+    for _ in 0..1000 {
+        for acc in [rng.hot_account(accounts), rng.hot_account(accounts)] {
+            writes.insert(acc, rng.below(1_000_000));
+        }
+    }
+    block(
+        v,
+        writes
+            .into_iter()
+            .map(|(k, bal)| WriteOp {
+                tid: 0,
+                key: account(k),
+                value: Some(hex(format!("balance {bal}").as_bytes())),
+            })
+            .collect(),
+    )
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e5).round() / 100.0
+}
+
+/// p50, p99 and max of `lat` (sorted here), in ms.
+fn latencies(lat: &mut [Duration]) -> serde_json::Value {
+    lat.sort();
+    let pct = |q: f64| ms(lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)]);
+    json!({"p50": pct(0.5), "p99": pct(0.99), "max": ms(*lat.last().unwrap())})
+}
+
+/// Loads the accounts and runs the payment blocks against `url`; returns the figures as JSON, the last version
+/// and the workload's generator.
+fn run(
+    args: &Args,
+    url: &str,
+    pids: &[(String, u32)],
+) -> (serde_json::Value, u64, letus_workload::Rng) {
     let a = agent();
     let started = Instant::now();
     let mut v = 0;
@@ -154,26 +195,7 @@ fn run(args: &Args, url: &str, pids: &[(String, u32)]) -> serde_json::Value {
     let started = Instant::now();
     for _ in 0..args.blocks {
         v += 1;
-        let mut writes = std::collections::BTreeMap::new();
-        for _ in 0..1000 {
-            for acc in [
-                rng.hot_account(args.accounts),
-                rng.hot_account(args.accounts),
-            ] {
-                writes.insert(acc, rng.below(1_000_000));
-            }
-        }
-        let req = block(
-            v,
-            writes
-                .into_iter()
-                .map(|(k, bal)| WriteOp {
-                    tid: 0,
-                    key: account(k),
-                    value: Some(hex(format!("balance {bal}").as_bytes())),
-                })
-                .collect(),
-        );
+        let req = payment(&mut rng, v, args.accounts);
         updates += req.writes.len();
         let t = Instant::now();
         post(&a, url, &req);
@@ -185,18 +207,84 @@ fn run(args: &Args, url: &str, pids: &[(String, u32)]) -> serde_json::Value {
         .zip(&cpu0)
         .map(|((_, p), c0)| cpu_seconds(*p) - c0)
         .collect();
-    lat.sort();
-    let ms = |d: Duration| (d.as_secs_f64() * 1e5).round() / 100.0;
-    let pct = |q: f64| ms(lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)]);
-    json!({
+    let figures = json!({
         "load_keys_per_sec": (args.accounts as f64 / load).round(),
         "blocks_per_sec": ((args.blocks as f64 / secs) * 100.0).round() / 100.0,
         "updates_per_sec": (updates as f64 / secs).round(),
-        "commit_ms": {"p50": pct(0.5), "p99": pct(0.99), "max": ms(*lat.last().unwrap())},
+        "commit_ms": latencies(&mut lat),
         "cpu_ms_per_block": pids.iter().zip(&cpu).map(|((name, _), c)| {
             (name.clone(), json!((c / args.blocks as f64 * 1e4).round() / 10.0))
         }).collect::<serde_json::Map<_, _>>(),
         "cores_used": (cpu.iter().sum::<f64>() / secs * 100.0).round() / 100.0,
+    });
+    (figures, v, rng)
+}
+
+/// Moves `args.moves` subtrees over `n` shards, one after the other (subtree `17·i mod 256` to the shard after
+/// its holder), while payment blocks go on after version `v`; returns the figures.
+fn run_moves(
+    args: &Args,
+    url: &str,
+    n: usize,
+    mut v: u64,
+    rng: &mut letus_workload::Rng,
+) -> serde_json::Value {
+    let a = agent();
+    let map = || -> serde_json::Value {
+        a.get(format!("{url}/v1/shard/map"))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_json()
+            .unwrap()
+    };
+    let mut lat = Vec::new();
+    let mut per_move = Vec::new();
+    let started = Instant::now();
+    for i in 0..args.moves {
+        let prefix = (i * 17 % 256) as usize;
+        let holder = map()["holds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|h| {
+                h.as_str()
+                    .is_some_and(|h| PrefixSet::parse(h).is_ok_and(|s| s.contains(prefix as u8)))
+            })
+            .unwrap();
+        let mut r = a
+            .post(format!("{url}/v1/shard/moves"))
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .send_json(json!({"prefix": format!("{prefix:02x}"), "to": (holder + 1) % n}))
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            202,
+            "{}",
+            r.body_mut().read_to_string().unwrap_or_default()
+        );
+        let (t0, v0) = (Instant::now(), v);
+        loop {
+            v += 1;
+            let req = payment(rng, v, args.accounts);
+            let t = Instant::now();
+            post(&a, url, &req);
+            lat.push(t.elapsed());
+            if map()["map"]["task"].is_null() {
+                break;
+            }
+        }
+        per_move.push((t0.elapsed(), v - v0));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let blocks: u64 = per_move.iter().map(|(_, b)| b).sum();
+    let mut move_secs: Vec<Duration> = per_move.iter().map(|(d, _)| *d).collect();
+    json!({
+        "moves": args.moves,
+        "blocks_per_move": blocks as f64 / args.moves as f64,
+        "ms_per_move": latencies(&mut move_secs),
+        "blocks_per_sec_during_moves": ((blocks as f64 / secs) * 100.0).round() / 100.0,
+        "commit_ms_during_moves": latencies(&mut lat),
     })
 }
 
@@ -211,7 +299,7 @@ fn main() {
     {
         let data = args.dir.join("single");
         let (mut node, url) = serve(&bin, &data, None);
-        let r = run(&args, &url, &[("node".into(), node.id())]);
+        let (r, _, _) = run(&args, &url, &[("node".into(), node.id())]);
         println!("{}", json!({"setup": "single node", "figures": r}));
         results.push(("single".to_string(), r));
         let _ = node.kill();
@@ -250,11 +338,18 @@ fn main() {
                 .enumerate()
                 .map(|(i, (c, _))| (format!("shard-{i}"), c.id())),
         );
-        let r = run(&args, &url, &pids);
+        let (r, v, mut rng) = run(&args, &url, &pids);
         println!(
             "{}",
             json!({"setup": format!("router over {n} shards"), "figures": r})
         );
+        if args.moves > 0 && n > 1 {
+            let m = run_moves(&args, &url, n, v, &mut rng);
+            println!(
+                "{}",
+                json!({"setup": format!("router over {n} shards, moving subtrees"), "figures": m})
+            );
+        }
         results.push((format!("{n} shards"), r));
         let _ = router.kill();
         let _ = router.wait();

@@ -250,6 +250,75 @@ impl Metrics {
     }
 }
 
+/// What a sharding router reports beside its requests and commits.
+#[derive(Clone, Debug, Default)]
+pub struct RouterStatus {
+    /// The last finished version.
+    pub version: Option<u64>,
+    /// Whether a decided version is not finished yet (a shard failed).
+    pub in_doubt: bool,
+    /// Whether the router lost its lease in etcd.
+    pub fenced: bool,
+    /// Subtree handovers in the map.
+    pub handovers: u64,
+    /// The move under way: 0 none, 1 clear, 2 copy, 3 drop.
+    pub move_phase: u8,
+    /// Per shard (URL): the calls that failed (unreachable, or answers that do not fit).
+    pub shard_failures: Vec<(String, u64)>,
+}
+
+impl Metrics {
+    /// A sharding router's metrics: its requests and commits, and its [`RouterStatus`].
+    pub fn render_router(&self, r: &RouterStatus) -> String {
+        let reg = Registry::new();
+        let gauge = |name: &str, help: &str, v: f64| set_gauge(&reg, name, help, v);
+        gauge(
+            "letus_latest_version",
+            "Latest version the router finished",
+            r.version.unwrap_or(0) as f64,
+        );
+        gauge(
+            "letus_router_version_in_doubt",
+            "1 while a decided version is not finished on every shard",
+            f64::from(u8::from(r.in_doubt)),
+        );
+        gauge(
+            "letus_router_fenced",
+            "1 once this router's lease in etcd ended (it writes nothing more)",
+            f64::from(u8::from(r.fenced)),
+        );
+        gauge(
+            "letus_router_move_phase",
+            "The subtree move under way: 0 none, 1 clear, 2 copy, 3 drop",
+            f64::from(r.move_phase),
+        );
+        if let Ok(c) = IntCounter::new(
+            "letus_router_handovers_total",
+            "Subtrees handed from one shard to another",
+        ) {
+            c.inc_by(r.handovers);
+            let _ = reg.register(Box::new(c));
+        }
+        if let Ok(c) = IntCounterVec::new(
+            Opts::new(
+                "letus_router_shard_failures_total",
+                "Calls to a shard that failed: unreachable, timed out, or an answer that does not fit",
+            ),
+            &["shard"],
+        ) {
+            for (url, n) in &r.shard_failures {
+                c.with_label_values(&[url.as_str()]).inc_by(*n);
+            }
+            let _ = reg.register(Box::new(c));
+        }
+        let mut families = self.registry.gather();
+        families.extend(reg.gather());
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&families, &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
 /// The tiers' gauges and counters in the Prometheus text format (appended to `/metrics` on a tiered node).
 pub fn render_tiers(t: &letus_core::storage::tiered::TierStatus) -> String {
     use letus_core::storage::tiered::Tier;

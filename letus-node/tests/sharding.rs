@@ -300,6 +300,18 @@ fn a_version_a_shard_missed_is_finished_by_a_retry_or_by_the_routers_next_start(
         (502, Some("shard_unavailable")),
         "{body}"
     );
+    // The router's metrics say so: version 6 in doubt, shard 2's call failed.
+    let metrics = metrics_text(&c.url);
+    assert!(
+        metrics.contains("letus_router_version_in_doubt 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("letus_latest_version 5"), "{metrics}");
+    let failed = format!(
+        "letus_router_shard_failures_total{{shard=\"{}\"}} 1",
+        c.shards[2].1
+    );
+    assert!(metrics.contains(&failed), "{metrics}");
     // Reads go on at the last finished version; the next block and a different block 6 are refused.
     assert_eq!(get(&format!("{}/v1/digest", c.url)).1, digest(5));
     assert_eq!(
@@ -922,6 +934,17 @@ fn a_shard_cut_off_in_a_network_namespace_fails_writes_cleanly_and_rejoins() {
     same_answers(&ref_url, &url, &[1, 6, blocks.len() as u64]);
 }
 
+/// `GET /metrics` of a node or a router.
+fn metrics_text(url: &str) -> String {
+    agent()
+        .get(format!("{url}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap()
+}
+
 /// Asks for a move; the status, or `None` when the router is down.
 fn try_ask_move(router: &str, prefix: &str, to: usize) -> Option<u16> {
     agent()
@@ -1081,6 +1104,15 @@ fn a_subtree_moves_between_shards_while_blocks_commit() {
     let m = map(&url);
     let handovers = m["map"]["moved"]["63"].as_array().unwrap().clone();
     assert_eq!(handovers.len(), 2, "{m}");
+    let metrics = metrics_text(&url);
+    for line in [
+        "letus_router_handovers_total 2",
+        "letus_router_move_phase 0",
+        "letus_router_version_in_doubt 0",
+        "letus_http_requests_total{route=\"/v1/shard/moves\",status=\"202\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
     assert_eq!(m["holds"], json!(["00-7f", "80-ff"]));
     while at < blocks.len() {
         commit(&url, &mut at);

@@ -28,6 +28,7 @@ pub fn app(router: Arc<Router>) -> axum::Router {
     let limit = router.limits.max_body_bytes;
     Routes::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
         .route("/v1/blocks", post(write_block))
         .route("/v1/blocks/{version}", get(block))
         .route("/v1/digest", get(digest_latest))
@@ -67,7 +68,34 @@ pub fn app(router: Arc<Router>) -> axum::Router {
                 ApiError::Internal(format!("a handler panicked: {what}")).into_response()
             },
         ))
+        .layer(middleware::from_fn_with_state(router.clone(), track))
         .with_state(router)
+}
+
+/// Counts requests and their latency per route, as a node does.
+async fn track(State(r): S, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched".to_string(), |p| p.as_str().to_string());
+    let started = std::time::Instant::now();
+    let res = next.run(req).await;
+    r.metrics
+        .observe_request(&route, res.status().as_u16(), started.elapsed());
+    res
+}
+
+async fn metrics(State(r): S) -> Result<Response, ApiError> {
+    let r2 = r.clone();
+    let status = blocking(move || Ok(r2.status())).await?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        r.metrics.render_router(&status),
+    )
+        .into_response())
 }
 
 async fn body_deadline(State(r): S, req: Request, next: Next) -> Response {
@@ -92,7 +120,12 @@ async fn write_block(State(r): S, req: Request) -> Result<Json<DigestsResponse>,
     }
     let body = Bytes::from_request(req, &()).await;
     let req: BlockRequest = parse_json(body, r.limits.max_body_bytes)?;
-    call(&r, move |r| r.write_block(req)).await
+    let started = std::time::Instant::now();
+    let answer = call(&r, move |r| r.write_block(req)).await;
+    if answer.is_ok() {
+        r.metrics.observe_commit(started.elapsed());
+    }
+    answer
 }
 
 async fn shard_map(State(r): S) -> Result<Json<MapResponse>, ApiError> {

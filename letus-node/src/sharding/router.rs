@@ -341,8 +341,6 @@ struct Writer {
     log: RootsLog,
     /// A version decided but not finished (a shard failed): only the same block may be written next.
     pending: Option<Pending>,
-    /// A move asked for and not yet in a decision: the next block's decision starts it.
-    requested: Option<MoveTask>,
 }
 
 /// Tops of the versions read most recently, per trie.
@@ -365,6 +363,16 @@ pub struct Router {
     finished: RwLock<Finished>,
     /// The shard map of the last decision (its handovers are final for every version up to it).
     map: RwLock<ShardMap>,
+    /// A move asked for and not yet in a decision: the next block's decision starts it. Taken after `writer`
+    /// when both are.
+    requested: Mutex<Option<MoveTask>>,
+    /// Whether the writer holds a decided version not finished yet (for `/metrics`, which must not wait for a
+    /// commit).
+    in_doubt: AtomicBool,
+    /// Failed calls per shard, in map order.
+    failures: Vec<std::sync::atomic::AtomicU64>,
+    /// Requests, latencies and commits (`GET /metrics`).
+    pub metrics: crate::metrics::Metrics,
     tops: Mutex<VecDeque<(Version, VersionTops)>>,
 }
 
@@ -448,13 +456,13 @@ impl Router {
             limits: cfg.limits,
             dir: cfg.data,
             coord,
-            writer: Mutex::new(Writer {
-                log,
-                pending: None,
-                requested: None,
-            }),
+            writer: Mutex::new(Writer { log, pending: None }),
+            requested: Mutex::new(None),
+            in_doubt: AtomicBool::new(false),
             finished: RwLock::new(finished),
             map: RwLock::new(map),
+            failures: (0..n).map(|_| Default::default()).collect(),
+            metrics: crate::metrics::Metrics::new(),
             tops: Mutex::new(VecDeque::new()),
         };
         let latest = router.finished().latest;
@@ -490,6 +498,7 @@ impl Router {
             );
             let mut w = router.writer.lock().map_err(|_| "poisoned")?;
             w.pending = Some(p.clone());
+            router.in_doubt.store(true, Ordering::Relaxed);
             router
                 .finish(&mut w, p)
                 .map_err(|e| format!("finishing the pending version: {e:?}"))?;
@@ -615,10 +624,19 @@ impl Router {
         which: &[usize],
         f: impl Fn(usize, &Shard) -> Result<T, ApiError> + Sync,
     ) -> Vec<Result<T, ApiError>> {
+        let counted = |i: usize, r: Result<T, ApiError>| {
+            if matches!(
+                r,
+                Err(ApiError::ShardUnavailable(_) | ApiError::ShardInconsistent(_))
+            ) {
+                self.failures[i].fetch_add(1, Ordering::Relaxed);
+            }
+            r
+        };
         if let [i] = which {
-            return vec![f(*i, &self.shards[*i])];
+            return vec![counted(*i, f(*i, &self.shards[*i]))];
         }
-        std::thread::scope(|scope| {
+        let answers = std::thread::scope(|scope| {
             let handles: Vec<_> = which
                 .iter()
                 .map(|&i| {
@@ -633,8 +651,36 @@ impl Router {
                     h.join()
                         .unwrap_or_else(|_| Err(ApiError::Internal("a shard call panicked".into())))
                 })
-                .collect()
-        })
+                .collect::<Vec<_>>()
+        });
+        which
+            .iter()
+            .zip(answers)
+            .map(|(i, r)| counted(*i, r))
+            .collect()
+    }
+
+    /// What `GET /metrics` reports beside requests and commits.
+    pub fn status(&self) -> crate::metrics::RouterStatus {
+        let in_doubt = self.in_doubt.load(Ordering::Relaxed);
+        let map = self.map();
+        crate::metrics::RouterStatus {
+            version: self.finished().latest,
+            in_doubt,
+            fenced: self.is_fenced(),
+            handovers: map.moved.values().map(|h| h.len() as u64).sum(),
+            move_phase: map.task.map_or(0, |t| match t.phase {
+                super::map::Phase::Clear => 1,
+                super::map::Phase::Copy => 2,
+                super::map::Phase::Drop => 3,
+            }),
+            shard_failures: self
+                .shards
+                .iter()
+                .zip(&self.failures)
+                .map(|(s, n)| (s.url.clone(), n.load(Ordering::Relaxed)))
+                .collect(),
+        }
     }
 
     // ---- writes ----
@@ -698,7 +744,7 @@ impl Router {
         let mut parts = parts;
         if latest.is_some() {
             if map.task.is_none() {
-                map.task = w.requested.clone();
+                map.task = self.requested_move()?;
             }
             self.move_step(req.version, &req, &mut map, &mut parts)?;
         }
@@ -713,13 +759,17 @@ impl Router {
                 .map_err(|e| ApiError::Unavailable(format!("writing the decision: {e}")))?,
         }
         if decision.map.task.is_some() {
-            w.requested = None;
+            *self
+                .requested
+                .lock()
+                .map_err(|_| ApiError::Internal("poisoned".into()))? = None;
         }
         *self
             .map
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = decision.map.clone();
         w.pending = Some(decision.clone());
+        self.in_doubt.store(true, Ordering::Relaxed);
         self.finish(&mut w, decision)
     }
 
@@ -790,6 +840,7 @@ impl Router {
         let v = d.version;
         self.record(w, v, tops)?;
         w.pending = None;
+        self.in_doubt.store(false, Ordering::Relaxed);
         let f = self.finished();
         Ok(DigestsResponse {
             version: v,

@@ -60,10 +60,7 @@ pub struct MapResponse {
 impl Router {
     /// The shard map as a client sees it.
     pub fn map_view(&self) -> Result<MapResponse, ApiError> {
-        let w = self
-            .writer
-            .lock()
-            .map_err(|_| ApiError::Internal("poisoned".into()))?;
+        let requested = self.requested_move()?;
         let version = self.finished().latest;
         let map = self.map();
         let n = self.shards.len();
@@ -78,8 +75,17 @@ impl Router {
                 })
                 .collect(),
             map,
-            requested: w.requested.clone(),
+            requested,
         })
+    }
+
+    /// The move asked for and not yet started.
+    pub(super) fn requested_move(&self) -> Result<Option<MoveTask>, ApiError> {
+        Ok(self
+            .requested
+            .lock()
+            .map_err(|_| ApiError::Internal("poisoned".into()))?
+            .clone())
     }
 
     /// Asks for a move; the next block's decision starts it. One move at a time, and a shard keeps at least one
@@ -101,10 +107,14 @@ impl Router {
             )));
         }
         {
-            let mut w = self.writer_unfenced()?;
+            let w = self.writer_unfenced()?;
             let latest = self.finished().latest.ok_or(ApiError::Empty)?;
             let map = self.map();
-            if map.task.is_some() || w.requested.is_some() || w.pending.is_some() {
+            let mut requested = self
+                .requested
+                .lock()
+                .map_err(|_| ApiError::Internal("poisoned".into()))?;
+            if map.task.is_some() || requested.is_some() || w.pending.is_some() {
                 return Err(ApiError::MoveRefused(
                     "a move is under way (or a version is in doubt): one at a time".into(),
                 ));
@@ -122,7 +132,7 @@ impl Router {
                 )));
             }
             tracing::info!(prefix = %format!("{prefix:02x}"), from, to = req.to, "move asked for: the next block starts it");
-            w.requested = Some(MoveTask {
+            *requested = Some(MoveTask {
                 prefix,
                 from,
                 to: req.to,
