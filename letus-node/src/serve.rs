@@ -679,9 +679,9 @@ pub struct RouteArgs {
     /// Address to listen on.
     #[arg(long, env = "LETUS_LISTEN", default_value = "127.0.0.1:7878")]
     pub listen: String,
-    /// A shard's base URL (repeatable; required unless etcd holds the cluster's map): shard `i` of `n` must run
-    /// with `--shard-prefixes` the `i`-th of `n` equal ranges of 00-ff (two shards: 00-7f and 80-ff), which the
-    /// router checks at start.
+    /// A shard's base URL (repeatable; required unless etcd holds the cluster's map): shard `i` of `n` must first
+    /// run with `--shard-prefixes` the `i`-th of `n` equal ranges of 00-ff (two shards: 00-7f and 80-ff); subtree
+    /// moves change that later (the router checks at start that each shard holds what its map says).
     #[arg(long = "shard")]
     pub shards: Vec<String>,
     /// Coordinate through the etcd at this client URL: the shard map, one leading router at a time under a
@@ -709,6 +709,12 @@ pub struct RouteArgs {
     /// Seconds to wait at start for every shard to answer (default 30).
     #[arg(long, default_value_t = 30)]
     pub connect_timeout_secs: u64,
+    /// Seconds a request body has to arrive in full after its head, else `408 body_timeout`.
+    #[arg(long, default_value_t = 60)]
+    pub body_timeout_secs: u64,
+    /// Seconds the request head has to arrive in (also how long an idle keep-alive connection stays open).
+    #[arg(long, default_value_t = 10)]
+    pub header_timeout_secs: u64,
 }
 
 /// `letus route`: a sharding router in front of shard nodes, until SIGINT/SIGTERM.
@@ -726,6 +732,11 @@ pub fn run_route(args: RouteArgs) -> Result<ExitCode, String> {
     if let Some(b) = args.max_body_bytes {
         limits.max_body_bytes = b;
     }
+    limits.body_timeout = Duration::from_secs(args.body_timeout_secs.max(1));
+    let settings = ServerSettings {
+        header_timeout: Duration::from_secs(args.header_timeout_secs.max(1)),
+        ..ServerSettings::default()
+    };
     let listen: SocketAddr = args
         .listen
         .parse()
@@ -780,7 +791,7 @@ pub fn run_route(args: RouteArgs) -> Result<ExitCode, String> {
                 }
             }
         };
-        letus_node::http::serve(listener, app, ServerSettings::default(), async move {
+        letus_node::http::serve(listener, app, settings, async move {
             tokio::select! { _ = shutdown_signal() => {}, _ = fenced => {} }
         })
         .await;

@@ -1156,3 +1156,113 @@ fn a_subtree_moves_between_shards_while_blocks_commit() {
         }
     }
 }
+
+/// Readers and stalled clients of a router while it commits and moves a subtree: two reader threads read values
+/// and multi-proofs at the router's latest version over and over, every answer byte-identical to the reference's
+/// at that version; three clients send a block's head and part of its body, then stall. The blocks (and the move)
+/// commit meanwhile; the stalled requests are answered `408 body_timeout` only afterwards, by their deadline.
+#[test]
+fn readers_and_stalled_clients_of_a_router_never_hold_up_its_commits() {
+    use std::io::{Read as _, Write as _};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let (reference, ref_url) = serve_with(&dir.path().join("reference"), TOKEN, SMALL);
+    let _reference = Killed(reference);
+    let mut blocks = chain();
+    let first = blocks.len() as u64 + 1;
+    blocks.extend((first..first + 30).map(payment_block));
+    for b in &blocks {
+        assert_eq!(post_block(&ref_url, TOKEN, b).0, 200);
+    }
+    let d = dir.path().join("cluster");
+    let mut shards = Vec::new();
+    let mut urls = Vec::new();
+    for i in 0..2 {
+        let (c, u) = start_shard(&d, i, 2);
+        shards.push(Killed(c));
+        urls.push(u);
+    }
+    let mut cmd = route_command(&d.join("router"), "127.0.0.1:0");
+    for u in &urls {
+        cmd.args(["--shard", u]);
+    }
+    cmd.args(["--body-timeout-secs", "20"]);
+    let (router, url) = spawn_server(cmd);
+    let _router = Killed(router);
+    for b in &blocks[..first as usize - 1] {
+        assert_eq!(post_block(&url, TOKEN, b).0, 200);
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let readers: Vec<_> = (0..2u64)
+        .map(|r| {
+            let (stop, reads, url, ref_url) =
+                (stop.clone(), reads.clone(), url.clone(), ref_url.clone());
+            std::thread::spawn(move || {
+                let mut rng = letus_workload::Rng::new(r + 100);
+                while !stop.load(Ordering::Relaxed) {
+                    let v = get(&format!("{url}/v1/digest")).1["version"]
+                        .as_u64()
+                        .unwrap();
+                    let keys: Vec<String> = (0..9).map(|_| account(rng.below(ACCOUNTS))).collect();
+                    let body = json!({"keys": keys, "version": v});
+                    let path = "/v1/tries/0/proofs";
+                    let got = post(&format!("{url}{path}"), &body);
+                    assert_eq!(got, post(&format!("{ref_url}{path}"), &body), "at {v}");
+                    let body = json!({"key": keys[0], "version": v});
+                    let path = "/v1/tries/0/value";
+                    let got = post(&format!("{url}{path}"), &body);
+                    assert_eq!(got, post(&format!("{ref_url}{path}"), &body), "at {v}");
+                    reads.fetch_add(2, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    // Three requests that stall halfway through their bodies.
+    let addr = url.trim_start_matches("http://").to_string();
+    let stalled: Vec<std::net::TcpStream> = (0..3)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            write!(
+                s,
+                "POST /v1/blocks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{{\"version\": "
+            )
+            .unwrap();
+            s
+        })
+        .collect();
+
+    assert_eq!(ask_move(&url, "3f", 1).0, 202);
+    for b in &blocks[first as usize - 1..] {
+        let want = get(&format!("{ref_url}/v1/digest/{}", b.version)).1;
+        assert_eq!(
+            post_block(&url, TOKEN, b),
+            (200, want),
+            "block {}",
+            b.version
+        );
+    }
+    // Every block committed while the stalled requests were still waiting for their bodies.
+    let metrics = metrics_text(&url);
+    assert!(
+        !metrics.contains("status=\"408\""),
+        "a stalled request was answered before the commits ended: {metrics}"
+    );
+    let map = get(&format!("{url}/v1/shard/map")).1;
+    assert!(map["map"]["task"].is_null(), "the move finished: {map}");
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().expect("every read matched the reference");
+    }
+    let reads = reads.load(Ordering::Relaxed);
+    eprintln!("{reads} reads checked against the reference while 30 blocks and a move committed");
+    assert!(reads >= 20, "only {reads} reads during the commits");
+    for mut s in stalled {
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("body_timeout"), "{answer}");
+    }
+}
