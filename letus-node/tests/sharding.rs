@@ -1032,6 +1032,18 @@ fn a_subtree_moves_between_shards_while_blocks_commit() {
     let map = |url: &str| get(&format!("{url}/v1/shard/map")).1;
     let phase = |url: &str| map(url)["map"]["task"]["phase"].clone();
 
+    // A write a shard would refuse for good (a key above 65,535 bytes) is refused before anything is decided:
+    // the version stays free.
+    let mut huge = blocks[at].clone();
+    huge.writes.push(WriteOp {
+        tid: 0,
+        key: "ab".repeat(65_536),
+        value: Some("01".into()),
+    });
+    assert_eq!(
+        post_block(&url, TOKEN, &huge).1["error"]["code"],
+        "too_large"
+    );
     // Refused: no token, to the shard that holds it, a second move at once.
     let (status, _) = post(
         &format!("{url}/v1/shard/moves"),

@@ -66,6 +66,9 @@ pub struct ShardMap {
     /// The move under way (one at a time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<MoveTask>,
+    /// Why the last move abandoned, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandoned: Option<String>,
 }
 
 impl ShardMap {

@@ -14,6 +14,11 @@
 //! version in doubt (writes answer `shard_unavailable`, reads go on at the last finished version) until it is
 //! back. The roots log holds only finished versions, so every digest the router ever answered is in it.
 //!
+//! Nothing is ever rolled back: a shard sees a version only after its decision is durable, so no shard is ever
+//! ahead of the decisions, and what a shard would refuse for good (a key or value above the store's limits, bad
+//! hex, too many writes) is refused by the router before it decides, so a decided version can fail to finish only
+//! for a reason that passes (a shard down or cut off, an I/O error), and rolls forward once it has.
+//!
 //! ## Reads
 //! A read resolves its version against the router's (finished) versions, asks the shards holding the keys for
 //! their values and proofs at exactly that version, rebuilds the proof against the composed root from the
@@ -742,11 +747,13 @@ impl Router {
         }
         // A new version: the move under way (or the one asked for) takes its step in it.
         let mut parts = parts;
+        let mut started = false;
         if latest.is_some() {
             if map.task.is_none() {
                 map.task = self.requested_move()?;
+                started = map.task.is_some();
             }
-            self.move_step(req.version, &req, &mut map, &mut parts)?;
+            self.take_move_step(req.version, &req, &mut map, &mut parts);
         }
         let decision = Pending {
             version: req.version,
@@ -758,7 +765,7 @@ impl Router {
             None => write_pending(&self.dir, &decision)
                 .map_err(|e| ApiError::Unavailable(format!("writing the decision: {e}")))?,
         }
-        if decision.map.task.is_some() {
+        if started {
             *self
                 .requested
                 .lock()
@@ -807,10 +814,22 @@ impl Router {
                 holds: None,
             })
             .collect();
+        // What a shard would refuse for good is refused here, before anything is decided: a decided version
+        // must be one every shard can commit, so that it only ever rolls forward.
+        let limits = letus_core::Options::default();
         for (i, w) in req.writes.iter().enumerate() {
             let key = hex_field(&w.key, &format!("writes[{i}].key"))?;
-            if let Some(v) = &w.value {
-                hex_field(v, &format!("writes[{i}].value"))?;
+            let value_len = match &w.value {
+                Some(v) => hex_field(v, &format!("writes[{i}].value"))?.len(),
+                None => 0,
+            };
+            if key.len() > limits.max_key_bytes || value_len > limits.max_value_bytes {
+                return Err(ApiError::TooLarge(format!(
+                    "writes[{i}]: a key of {} bytes or a value of {value_len} (at most {} and {})",
+                    key.len(),
+                    limits.max_key_bytes,
+                    limits.max_value_bytes
+                )));
             }
             parts[owner(&key)].block.writes.push(w.clone());
         }

@@ -145,6 +145,71 @@ impl Router {
         self.map_view()
     }
 
+    /// Takes the step of the move under way in `map` into the decision of the new version `v`, if it can: a move
+    /// never keeps a block from committing. A step that fails (a shard unreachable, an answer that does not fit)
+    /// is tried again with the next block, the block's writes in the subtree still going to both shards while
+    /// copying; a step too large for a block (a trie's part of the subtree beyond a block's limits) abandons the
+    /// move (`map.abandoned` says why; what it copied is invisible and the next move to that shard clears it).
+    pub(super) fn take_move_step(
+        &self,
+        v: Version,
+        req: &BlockRequest,
+        map: &mut ShardMap,
+        parts: &mut [ShardBlockRequest],
+    ) {
+        let Some(task) = map.task.clone() else {
+            return;
+        };
+        let (mut m, mut p) = (map.clone(), parts.to_vec());
+        match self.move_step(v, req, &mut m, &mut p) {
+            Ok(()) => match self.too_large(&p) {
+                None => {
+                    *map = m;
+                    parts.clone_from_slice(&p);
+                }
+                Some(why) => {
+                    tracing::error!(prefix = %format!("{:02x}", task.prefix), %why, "move abandoned");
+                    map.task = None;
+                    map.abandoned = Some(format!(
+                        "the move of subtree {:02x} from shard {} to shard {} at version {v}: {why}",
+                        task.prefix, task.from, task.to
+                    ));
+                }
+            },
+            Err(e) => {
+                tracing::warn!(prefix = %format!("{:02x}", task.prefix), error = ?e, "a move step failed: tried again with the next block");
+                if task.phase == Phase::Copy {
+                    parts[task.to].moving = in_subtree(req, task.prefix).collect();
+                }
+            }
+        }
+    }
+
+    /// Why one of `parts` is more than a shard takes in one block, if it is.
+    fn too_large(&self, parts: &[ShardBlockRequest]) -> Option<String> {
+        let max = self.limits.max_block_writes;
+        for (i, part) in parts
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.moving.is_empty())
+        {
+            if part.moving.len() > max {
+                return Some(format!(
+                    "{} writes for shard {i}, at most {max} per block",
+                    part.moving.len()
+                ));
+            }
+            let bytes = serde_json::to_vec(part).map_or(usize::MAX, |b| b.len());
+            if bytes > self.limits.max_body_bytes {
+                return Some(format!(
+                    "a part of {bytes} bytes for shard {i}, at most {} per request",
+                    self.limits.max_body_bytes
+                ));
+            }
+        }
+        None
+    }
+
     /// Adds the step of the move under way in `map` to the decision of the new version `v` (the one after the
     /// last finished version), updating `map` to the map after `v`; the block's parts are re-split when the step
     /// hands the subtree over.
