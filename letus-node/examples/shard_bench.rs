@@ -3,7 +3,7 @@
 //!
 //! `cargo build --release -p letus-node --bin letus --example shard_bench && \
 //!     ./target/release/examples/shard_bench --accounts 1000000 --dir /path/on/the/disk [--shards 1,2,4] \
-//!     [--blocks 200] [--moves 8] [--bin target/release/letus]`
+//!     [--blocks 200] [--moves 8] [--move-step-pairs 10000] [--bin target/release/letus]`
 //!
 //! For each setup (first a single `letus serve`, then `letus route` over N shard nodes, each shard
 //! `--shard-prefixes` the N-th part of 00-ff): `accounts` accounts are written through the API in blocks of 10,000,
@@ -43,6 +43,9 @@ struct Args {
     /// each to the next shard, while payment blocks go on (0: none).
     #[arg(long, default_value_t = 0)]
     moves: u64,
+    /// The router's `--move-step-pairs` (default: the router's own).
+    #[arg(long)]
+    move_step_pairs: Option<usize>,
 }
 
 const TOKEN: &str = "shard-bench";
@@ -329,6 +332,9 @@ fn main() {
         .arg(data.join("router"));
         for (_, u) in &shards {
             cmd.args(["--shard", u]);
+        }
+        if let Some(m) = args.move_step_pairs {
+            cmd.args(["--move-step-pairs", &m.to_string()]);
         }
         let (mut router, url) = spawn(cmd);
         let mut pids = vec![("router".to_string(), router.id())];

@@ -715,6 +715,10 @@ pub struct RouteArgs {
     /// Seconds the request head has to arrive in (also how long an idle keep-alive connection stays open).
     #[arg(long, default_value_t = 10)]
     pub header_timeout_secs: u64,
+    /// A subtree move copies a trie's part of the subtree in one block when it has at most this many pairs, else
+    /// in 16 pieces over 16 blocks (so that no block carries more than about this many extra writes).
+    #[arg(long, default_value_t = 10_000)]
+    pub move_step_pairs: usize,
 }
 
 /// `letus route`: a sharding router in front of shard nodes, until SIGINT/SIGTERM.
@@ -757,6 +761,7 @@ pub fn run_route(args: RouteArgs) -> Result<ExitCode, String> {
                     cluster: args.cluster.clone(),
                     lease_secs: args.lease_secs,
                 }),
+            move_step_pairs: args.move_step_pairs,
         })?;
     let router = Arc::new(router);
     let app = letus_node::sharding::http::app(router.clone());

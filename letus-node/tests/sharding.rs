@@ -996,7 +996,7 @@ fn a_subtree_moves_between_shards_while_blocks_commit() {
     // one of its keys now and then.
     let mut blocks = chain();
     let first_moves = blocks.len() as u64 + 1;
-    for v in first_moves..first_moves + 40 {
+    for v in first_moves..first_moves + 150 {
         let mut b = payment_block(v);
         let k = &moved_keys[v as usize % moved_keys.len()];
         b.writes.retain(|w| w.key != *k);
@@ -1059,7 +1059,14 @@ fn a_subtree_moves_between_shards_while_blocks_commit() {
     commit(&url, &mut at);
     assert_eq!(phase(&url), "copy");
     drop(router);
-    let (r, u) = start_router(&d, &urls);
+    // Its successor copies and deletes at most 4 pairs of a trie at once: the rest of this move and the move back
+    // go in pieces (a sixteenth of a trie's part of the subtree per block).
+    let mut cmd = route_command(&d.join("router"), "127.0.0.1:0");
+    for u in &urls {
+        cmd.args(["--shard", u]);
+    }
+    cmd.args(["--move-step-pairs", "4"]);
+    let (r, u) = spawn_server(cmd);
     let _router = Killed(r);
     url = u;
     assert_eq!(phase(&url), "copy");
@@ -1106,13 +1113,22 @@ fn a_subtree_moves_between_shards_while_blocks_commit() {
         "wrong_shard"
     );
 
-    // And back: shard 0 takes it again (its history of the subtree then spans three stretches).
+    // And back: shard 0 takes it again (its history of the subtree then spans three stretches), in pieces.
     assert_eq!(ask_move(&url, "3f", 0).0, 202);
     commit(&url, &mut at);
+    let mut pieces = std::collections::BTreeSet::new();
     while map(&url)["map"]["task"].is_object() {
+        if let Some(p) = map(&url)["map"]["task"]["piece"].as_u64() {
+            pieces.insert(p);
+        }
         commit(&url, &mut at);
         assert!(at < blocks.len() - 2, "the move back did not finish");
     }
+    assert_eq!(
+        pieces.len(),
+        15,
+        "pieces 1-15 went one per block: {pieces:?}"
+    );
     let m = map(&url);
     let handovers = m["map"]["moved"]["63"].as_array().unwrap().clone();
     assert_eq!(handovers.len(), 2, "{m}");

@@ -27,12 +27,12 @@ pub struct Handover {
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Deleting whatever the target holds of the subtree (nothing, unless an earlier copy was abandoned), one
-    /// trie per block.
+    /// trie per block (or one sixteenth of a trie's part, when it is large).
     Clear,
-    /// Copying the subtree, one trie per block, each from the source's state at the version before, verified
-    /// against the source's top of that subtree; every block's writes in the subtree go to both shards.
+    /// Copying the subtree, one trie (or one sixteenth of a large trie's part) per block, each from the source's
+    /// state at the version before; every block's writes in the subtree go to both shards.
     Copy,
-    /// Handed over: deleting the old copy on the source, one trie per block.
+    /// Handed over: deleting the old copy on the source, one trie (or sixteenth) per block.
     Drop,
 }
 
@@ -55,6 +55,9 @@ pub struct MoveTask {
     /// The version from which `to` holds the subtree, once handed over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handed_over: Option<Version>,
+    /// The next piece (depth 3) of the trie being copied or deleted, when it has too many pairs for one block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub piece: Option<u8>,
 }
 
 /// The map of `n` shards (their count is fixed; their URLs are the router's `--shard` flags or etcd's list).

@@ -68,6 +68,9 @@ pub struct RouterConfig {
     /// Coordinate through etcd (the shard map, one leader at a time, its decisions) instead of this directory
     /// alone.
     pub etcd: Option<EtcdConfig>,
+    /// A move copies (or deletes) a trie's part of a subtree in one block when it has at most this many pairs,
+    /// else in 16 pieces over 16 blocks.
+    pub move_step_pairs: usize,
 }
 
 /// Where a router keeps the shard map and its decisions in etcd.
@@ -378,6 +381,8 @@ pub struct Router {
     failures: Vec<std::sync::atomic::AtomicU64>,
     /// Requests, latencies and commits (`GET /metrics`).
     pub metrics: crate::metrics::Metrics,
+    /// See [`RouterConfig::move_step_pairs`].
+    move_step_pairs: usize,
     tops: Mutex<VecDeque<(Version, VersionTops)>>,
 }
 
@@ -468,6 +473,7 @@ impl Router {
             map: RwLock::new(map),
             failures: (0..n).map(|_| Default::default()).collect(),
             metrics: crate::metrics::Metrics::new(),
+            move_step_pairs: cfg.move_step_pairs.max(1),
             tops: Mutex::new(VecDeque::new()),
         };
         let latest = router.finished().latest;

@@ -5,16 +5,17 @@
 //! and a router that takes over finishes it from the last decision's map.
 //!
 //! 1. **Clear**: the target's own leftovers of the subtree (none, unless an earlier copy was abandoned) are
-//!    deleted, one trie per block, read from the target's state at the version before.
+//!    deleted, one trie (or piece) per block, read from the target's state at the version before.
 //! 2. **Copy**: one trie per block, the source's pairs of the subtree at the version before are fetched as a
 //!    snapshot chunk (SPEC.md §12.3) and checked against the source's top of that subtree before they are written
-//!    to the target; from the first copy on, every block's writes in the subtree go to both shards. The target's
-//!    copy then holds exactly the source's state: what a trie's chunk did not carry was written to both after it.
+//!    to the target; a trie's part above `move_step_pairs` goes in the 16 pieces one level down, one per block.
+//!    From the first copy on, every block's writes in the subtree go to both shards. The target's copy then holds
+//!    exactly the source's state: what a trie's chunk (or piece) did not carry was written to both after it.
 //! 3. **Handover** at version `W`, once the target's tops of the subtree equal the source's at `W - 1` (checked;
 //!    otherwise the copy starts again from Clear): the decision of `W` hands the subtree to the target in the map,
 //!    and both shards' parts carry their new subtrees (`holds`). From `W` on, writes and reads of the subtree go to
 //!    the target; reads of older versions still go to the source, which keeps their history.
-//! 4. **Drop**: the source's copy is deleted, one trie per block. The roots never change: a shard's tops count
+//! 4. **Drop**: the source's copy is deleted, one trie (or piece) per block. The roots never change: a shard's tops count
 //!    only for the subtrees the map gives it at each version.
 
 use std::collections::BTreeMap;
@@ -140,6 +141,7 @@ impl Router {
                 phase: Phase::Clear,
                 tries: Vec::new(),
                 handed_over: None,
+                piece: None,
             });
         }
         self.map_view()
@@ -229,7 +231,7 @@ impl Router {
         let at = format!("{p:02x}");
         loop {
             match task.phase {
-                Phase::Clear => match self.delete_step(task.to, p, prev)? {
+                Phase::Clear => match self.delete_step(task.to, p, prev, &mut task.piece)? {
                     Some(d) => {
                         tracing::info!(prefix = %at, deletes = d.len(), version = v, "move: clearing the target's leftovers");
                         parts[task.to].moving = d;
@@ -237,6 +239,7 @@ impl Router {
                     }
                     None => {
                         task.phase = Phase::Copy;
+                        task.piece = None;
                         task.tries = self
                             .shard_tops_raw(task.from, prev)?
                             .iter()
@@ -246,22 +249,26 @@ impl Router {
                     }
                 },
                 Phase::Copy if !task.tries.is_empty() => {
-                    let tid = task.tries.remove(0);
+                    let tid = task.tries[0];
                     let tops = self.shard_tops_raw(task.from, prev)?;
                     let mut moving = Vec::new();
-                    if let Some(t) = tops.get(&tid) {
-                        if t.get(p).is_some() {
-                            let pairs = self.subtree_pairs(task.from, tid, prev, p, t)?;
-                            tracing::info!(prefix = %at, tid, pairs = pairs.len(), version = v, "move: copying");
-                            moving = pairs
-                                .iter()
-                                .map(|(k, val)| WriteOp {
-                                    tid,
-                                    key: hex(k),
-                                    value: Some(hex(val)),
-                                })
-                                .collect();
-                        }
+                    let mut next = None;
+                    if let Some(t) = tops.get(&tid).filter(|t| t.get(p).is_some()) {
+                        let pairs;
+                        (pairs, next) = self.step_pairs(task.from, tid, prev, p, t, task.piece)?;
+                        tracing::info!(prefix = %at, tid, piece = ?task.piece, pairs = pairs.len(), version = v, "move: copying");
+                        moving = pairs
+                            .iter()
+                            .map(|(k, val)| WriteOp {
+                                tid,
+                                key: hex(k),
+                                value: Some(hex(val)),
+                            })
+                            .collect();
+                    }
+                    task.piece = next;
+                    if next.is_none() {
+                        task.tries.remove(0);
                     }
                     // The block's own writes in the subtree, after the copy (the later write of a key wins).
                     moving.extend(in_subtree(req, p));
@@ -274,6 +281,7 @@ impl Router {
                     if source != target {
                         tracing::error!(prefix = %at, version = prev, "move: the copy differs from the source: copying again");
                         task.phase = Phase::Clear;
+                        task.piece = None;
                         continue;
                     }
                     map.moved.entry(p).or_default().push(Handover {
@@ -281,6 +289,7 @@ impl Router {
                         shard: task.to,
                     });
                     task.phase = Phase::Drop;
+                    task.piece = None;
                     task.handed_over = Some(v);
                     tracing::info!(prefix = %at, from = task.from, to = task.to, version = v, "move: handed over");
                     // The block's writes in the subtree now go to the target alone.
@@ -297,7 +306,7 @@ impl Router {
                         parts[i].holds = map.holds(i, v, n).map(|h| h.to_string());
                     }
                 }
-                Phase::Drop => match self.delete_step(task.from, p, prev)? {
+                Phase::Drop => match self.delete_step(task.from, p, prev, &mut task.piece)? {
                     Some(d) => {
                         tracing::info!(prefix = %at, deletes = d.len(), version = v, "move: dropping the old copy");
                         parts[task.from].moving = d;
@@ -315,14 +324,21 @@ impl Router {
         Ok(())
     }
 
-    /// The deletes of shard `i`'s pairs of subtree `p` at `v` in the first trie that has any (`None`: no trie
-    /// has).
-    fn delete_step(&self, i: usize, p: u8, v: Version) -> Result<Option<Vec<WriteOp>>, ApiError> {
+    /// The deletes of this step of emptying shard `i`'s subtree `p` at `v`: in the first trie that has any of it,
+    /// all of its pairs or the piece `piece` (advanced here) when they are many (`None`: no trie has any).
+    fn delete_step(
+        &self,
+        i: usize,
+        p: u8,
+        v: Version,
+        piece: &mut Option<u8>,
+    ) -> Result<Option<Vec<WriteOp>>, ApiError> {
         let tops = self.shard_tops_raw(i, v)?;
         let Some((tid, t)) = tops.iter().find(|(_, t)| t.get(p).is_some()) else {
             return Ok(None);
         };
-        let pairs = self.subtree_pairs(i, *tid, v, p, t)?;
+        let (pairs, next) = self.step_pairs(i, *tid, v, p, t, *piece)?;
+        *piece = next;
         Ok(Some(
             pairs
                 .iter()
@@ -333,6 +349,78 @@ impl Router {
                 })
                 .collect(),
         ))
+    }
+
+    /// The pairs of shard `i`'s subtree `p` of trie `tid` at `v` that one step of a move handles, and the piece
+    /// the next step of this trie takes (`None`: the trie is done). With `piece` `None`, the whole subtree is
+    /// fetched and checked against its top: at most `move_step_pairs` pairs are taken at once; more are taken in
+    /// the 16 pieces below the subtree's node (depth 3, one per step: piece 0 now, from the checked pairs). A
+    /// later piece, fetched at its own version, is checked for lying in its piece and in path order; the
+    /// handover's comparison of both shards' tops checks the whole copy.
+    fn step_pairs(
+        &self,
+        i: usize,
+        tid: u32,
+        v: Version,
+        p: u8,
+        tops: &Tops,
+        piece: Option<u8>,
+    ) -> Result<(Pairs, Option<u8>), ApiError> {
+        let nibble = |k: &[u8]| KeyPath::of(k).nibble(2);
+        match piece {
+            None => {
+                let all = self.subtree_pairs(i, tid, v, p, tops)?;
+                if all.len() <= self.move_step_pairs {
+                    return Ok((all, None));
+                }
+                let first = all.into_iter().filter(|(k, _)| nibble(k) == 0).collect();
+                Ok((first, Some(1)))
+            }
+            Some(x) => {
+                let pairs = self.piece_pairs(i, tid, v, p, x)?;
+                Ok((pairs, (x < 15).then_some(x + 1)))
+            }
+        }
+    }
+
+    /// Piece `x` (depth 3) of shard `i`'s subtree `p` of trie `tid` at `v`, checked for lying in the piece, in
+    /// path order.
+    fn piece_pairs(&self, i: usize, tid: u32, v: Version, p: u8, x: u8) -> Result<Pairs, ApiError> {
+        let s = &self.shards[i];
+        let mut prefix = [0u8; 32];
+        prefix[0] = p;
+        prefix[1] = x << 4;
+        let bytes = self.get_bytes(&format!(
+            "{}/v1/tries/{tid}/snapshot/chunks/0?version={v}&depth=3&prefix={}",
+            s.url,
+            hex(&prefix)
+        ))?;
+        let bad = |why: String| {
+            ApiError::ShardInconsistent(format!(
+                "{}: piece {p:02x}{x:x} of trie {tid} at {v}: {why}",
+                s.url
+            ))
+        };
+        // An empty piece is a chunk head with no pairs, which a chunk of a manifest never is.
+        if bytes.len() == letus_verify::snapshot::CHUNK_HEAD_LEN {
+            return Ok(Vec::new());
+        }
+        let chunk = Chunk::decode(&bytes, &Limits::default()).map_err(|e| bad(e.to_string()))?;
+        if chunk.tid != tid || chunk.version != v || chunk.depth != 3 || chunk.prefix != prefix {
+            return Err(bad("another chunk than asked for".into()));
+        }
+        let mut last: Option<KeyPath> = None;
+        for (k, _) in &chunk.pairs {
+            let path = KeyPath::of(k);
+            if path.0[0] != p || path.nibble(2) != x {
+                return Err(bad("a pair outside the piece".into()));
+            }
+            if last.is_some_and(|l| l >= path) {
+                return Err(bad("pairs out of path order".into()));
+            }
+            last = Some(path);
+        }
+        Ok(chunk.pairs)
     }
 
     /// Every trie's tops of shard `i` at `v`, all of them (the subtrees it holds and any it is given or dropping).
