@@ -582,18 +582,16 @@ async fn export(
 }
 
 #[derive(Deserialize)]
-struct ManifestQuery {
+pub(crate) struct ManifestQuery {
     version: Option<String>,
     max_pairs: Option<String>,
 }
 
-/// `GET /v1/tries/{tid}/snapshot`: the snapshot manifest (SPEC.md §12.1). Computing one walks every leaf, so it
-/// runs under a stream permit (not a read permit, which it would hold for seconds) and is cached.
-async fn snapshot_manifest(
-    State(s): State<AppState>,
+/// The trie, version and `max_pairs` of a manifest request.
+pub(crate) fn manifest_params(
     p: Result<Path<String>, PathRejection>,
     q: Result<Query<ManifestQuery>, QueryRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<(u32, Option<u64>, u64), ApiError> {
     let tid = tid_param(&path(p)?)?;
     let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let v = q.version.as_deref().map(version_param).transpose()?;
@@ -603,39 +601,14 @@ async fn snapshot_manifest(
             .parse()
             .map_err(|_| ApiError::BadRequest(format!("max_pairs `{m}` is not a decimal u64")))?,
     };
-    let permit = s
-        .node
-        .streams
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::TooManyStreams(s.node.limits.max_streams))?;
-    let node = s.node.clone();
-    let m = blocking(move || {
-        let _permit = permit;
-        node.snapshot_manifest(tid, v, max_pairs)
-    })
-    .await?;
-    Ok((
-        [(header::CONTENT_TYPE, "application/octet-stream")],
-        m.as_ref().clone(),
-    )
-        .into_response())
+    Ok((tid, v, max_pairs))
 }
 
-#[derive(Deserialize)]
-struct ChunkQuery {
-    version: Option<String>,
-    depth: Option<String>,
-    prefix: Option<String>,
-}
-
-/// `GET /v1/tries/{tid}/snapshot/chunks/{index}?version&depth&prefix`: one chunk (SPEC.md §12.3). The entry's
-/// depth and prefix come from the manifest the client verified, so the node keeps no state per join.
-async fn snapshot_chunk(
-    State(s): State<AppState>,
+/// The trie, entry index, version, depth and prefix of a chunk request.
+pub(crate) fn chunk_params(
     p: Result<Path<(String, String)>, PathRejection>,
     q: Result<Query<ChunkQuery>, QueryRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<(u32, u32, u64, u8, [u8; 32]), ApiError> {
     let (tid, index) = path(p)?;
     let tid = tid_param(&tid)?;
     let index: u32 = index
@@ -657,6 +630,64 @@ async fn snapshot_chunk(
     let prefix: [u8; 32] = prefix
         .try_into()
         .map_err(|_| ApiError::BadRequest("`prefix` must be 32 bytes (64 hex digits)".into()))?;
+    Ok((tid, index, v, depth, prefix))
+}
+
+/// The trie and versions of a changes request.
+pub(crate) fn changes_params(
+    p: Result<Path<String>, PathRejection>,
+    q: Result<Query<ChangesQuery>, QueryRejection>,
+) -> Result<(u32, u64, u64), ApiError> {
+    let tid = tid_param(&path(p)?)?;
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let missing = |what: &str| ApiError::BadRequest(format!("`{what}` is required"));
+    let from = version_param(q.from.as_deref().ok_or_else(|| missing("from"))?)?;
+    let to = version_param(q.to.as_deref().ok_or_else(|| missing("to"))?)?;
+    Ok((tid, from, to))
+}
+
+/// `GET /v1/tries/{tid}/snapshot`: the snapshot manifest (SPEC.md §12.1). Computing one walks every leaf, so it
+/// runs under a stream permit (not a read permit, which it would hold for seconds) and is cached.
+async fn snapshot_manifest(
+    State(s): State<AppState>,
+    p: Result<Path<String>, PathRejection>,
+    q: Result<Query<ManifestQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let (tid, v, max_pairs) = manifest_params(p, q)?;
+    let permit = s
+        .node
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::TooManyStreams(s.node.limits.max_streams))?;
+    let node = s.node.clone();
+    let m = blocking(move || {
+        let _permit = permit;
+        node.snapshot_manifest(tid, v, max_pairs)
+    })
+    .await?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        m.as_ref().clone(),
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ChunkQuery {
+    version: Option<String>,
+    depth: Option<String>,
+    prefix: Option<String>,
+}
+
+/// `GET /v1/tries/{tid}/snapshot/chunks/{index}?version&depth&prefix`: one chunk (SPEC.md §12.3). The entry's
+/// depth and prefix come from the manifest the client verified, so the node keeps no state per join.
+async fn snapshot_chunk(
+    State(s): State<AppState>,
+    p: Result<Path<(String, String)>, PathRejection>,
+    q: Result<Query<ChunkQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let (tid, index, v, depth, prefix) = chunk_params(p, q)?;
     let node = s.node.clone();
     let c = read(&s.node, move || {
         node.snapshot_chunk(tid, v, index, depth, &prefix)
@@ -666,7 +697,7 @@ async fn snapshot_chunk(
 }
 
 #[derive(Deserialize)]
-struct ChangesQuery {
+pub(crate) struct ChangesQuery {
     from: Option<String>,
     to: Option<String>,
 }
@@ -677,11 +708,7 @@ async fn changes(
     p: Result<Path<String>, PathRejection>,
     q: Result<Query<ChangesQuery>, QueryRejection>,
 ) -> Result<Json<ChangesResponse>, ApiError> {
-    let tid = tid_param(&path(p)?)?;
-    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let missing = |what: &str| ApiError::BadRequest(format!("`{what}` is required"));
-    let from = version_param(q.from.as_deref().ok_or_else(|| missing("from"))?)?;
-    let to = version_param(q.to.as_deref().ok_or_else(|| missing("to"))?)?;
+    let (tid, from, to) = changes_params(p, q)?;
     let node = s.node.clone();
     Ok(Json(
         read(&s.node, move || node.changes(tid, from, to)).await?,

@@ -1017,13 +1017,7 @@ fn a_subtree_moves_between_shards_while_blocks_commit() {
     let commit = |url: &str, at: &mut usize| {
         let b = &blocks[*at];
         assert_eq!(post_block(&ref_url, TOKEN, b).0, 200);
-        let want = get(&format!("{ref_url}/v1/digest/{}", b.version)).1;
-        assert_eq!(
-            post_block(url, TOKEN, b),
-            (200, want),
-            "block {}",
-            b.version
-        );
+        commits_as(url, &ref_url, b);
         *at += 1;
     };
     while (at as u64) < first_moves - 1 {
@@ -1185,6 +1179,26 @@ fn a_subtree_moves_between_shards_while_blocks_commit() {
     }
 }
 
+/// Posts `b` to `url`, which must acknowledge it with the reference's digests of its version.
+fn commits_as(url: &str, ref_url: &str, b: &BlockRequest) {
+    let want = get(&format!("{ref_url}/v1/digest/{}", b.version)).1;
+    assert_eq!(
+        post_block(url, TOKEN, b),
+        (200, want),
+        "block {}",
+        b.version
+    );
+}
+
+/// A reference node (empty) and the chain followed by `payments` payment blocks; the first payment's version.
+fn reference_and_chain(dir: &Path, payments: u64) -> (Killed, String, Vec<BlockRequest>, u64) {
+    let (reference, ref_url) = serve_with(&dir.join("reference"), TOKEN, SMALL);
+    let mut blocks = chain();
+    let first = blocks.len() as u64 + 1;
+    blocks.extend((first..first + payments).map(payment_block));
+    (Killed(reference), ref_url, blocks, first)
+}
+
 /// Readers and stalled clients of a router while it commits and moves a subtree: two reader threads read values
 /// and multi-proofs at the router's latest version over and over, every answer byte-identical to the reference's
 /// at that version; three clients send a block's head and part of its body, then stall. The blocks (and the move)
@@ -1195,11 +1209,7 @@ fn readers_and_stalled_clients_of_a_router_never_hold_up_its_commits() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
-    let (reference, ref_url) = serve_with(&dir.path().join("reference"), TOKEN, SMALL);
-    let _reference = Killed(reference);
-    let mut blocks = chain();
-    let first = blocks.len() as u64 + 1;
-    blocks.extend((first..first + 30).map(payment_block));
+    let (_reference, ref_url, blocks, first) = reference_and_chain(dir.path(), 30);
     for b in &blocks {
         assert_eq!(post_block(&ref_url, TOKEN, b).0, 200);
     }
@@ -1264,13 +1274,7 @@ fn readers_and_stalled_clients_of_a_router_never_hold_up_its_commits() {
 
     assert_eq!(ask_move(&url, "3f", 1).0, 202);
     for b in &blocks[first as usize - 1..] {
-        let want = get(&format!("{ref_url}/v1/digest/{}", b.version)).1;
-        assert_eq!(
-            post_block(&url, TOKEN, b),
-            (200, want),
-            "block {}",
-            b.version
-        );
+        commits_as(&url, &ref_url, b);
     }
     // Every block committed while the stalled requests were still waiting for their bodies.
     let metrics = metrics_text(&url);
@@ -1292,5 +1296,113 @@ fn readers_and_stalled_clients_of_a_router_never_hold_up_its_commits() {
         let _ = s.read_to_string(&mut answer);
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
         assert!(answer.contains("body_timeout"), "{answer}");
+    }
+}
+
+/// A node joins from a router (the merged manifest, chunks from the shard holding each subtree, the history
+/// frontier, then the router's changes and blocks) and follows it across a subtree move; the router's changes
+/// over ranges that span handovers are the reference's.
+#[test]
+fn a_node_joins_from_a_router_and_follows_it_across_a_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_reference, ref_url, mut blocks, first) = reference_and_chain(dir.path(), 60);
+    // One trie (a joined node follows one).
+    for b in &mut blocks {
+        b.writes.retain(|w| w.tid == 0);
+        b.access_list.retain(|a| a.tid == 0);
+    }
+    let d = dir.path().join("cluster");
+    let cluster = start_cluster(&d, 2);
+    let url = cluster.url.clone();
+    let mut at = 0usize;
+    let mut commit = |n: usize| {
+        for b in &blocks[at..at + n] {
+            assert_eq!(post_block(&ref_url, TOKEN, b).0, 200);
+            commits_as(&url, &ref_url, b);
+        }
+        at += n;
+        at as u64
+    };
+    let map = |u: &str| get(&format!("{u}/v1/shard/map")).1;
+    commit(first as usize - 1);
+    assert_eq!(ask_move(&url, "3f", 1).0, 202);
+    let mut now = commit(1);
+    while map(&url)["map"]["task"].is_object() || now < first + 2 {
+        now = commit(1);
+    }
+    let w1 = map(&url)["map"]["moved"]["63"][0]["from"].as_u64().unwrap();
+    let v_join = commit(5);
+
+    // B joins at v_join from the router alone, trusting the reference's root of that version.
+    let root = get(&format!("{ref_url}/v1/digest/{v_join}")).1["digests"][0]["root"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v_arg = v_join.to_string();
+    let (b, b_url) = serve_with(
+        &dir.path().join("joined"),
+        TOKEN,
+        &[
+            "--join",
+            &url,
+            "--join-version",
+            &v_arg,
+            "--trusted-root",
+            &root,
+            "--join-max-pairs",
+            "200",
+            "--follow",
+        ],
+    );
+    let _b = Killed(b);
+    // The subtree moves back while B follows.
+    assert_eq!(ask_move(&url, "3f", 0).0, 202);
+    commit(1);
+    while map(&url)["map"]["task"].is_object() {
+        commit(1);
+    }
+    let w2 = map(&url)["map"]["moved"]["63"][1]["from"].as_u64().unwrap();
+    let last = commit(3);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while get(&format!("{b_url}/v1/digest")).1["version"].as_u64() != Some(last) {
+        assert!(std::time::Instant::now() < deadline, "B did not catch up");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    for v in v_join..=last {
+        assert_eq!(
+            get(&format!("{b_url}/v1/digest/{v}")),
+            get(&format!("{ref_url}/v1/digest/{v}")),
+            "B's digest of {v}"
+        );
+    }
+    // B's values and proofs (its history starts at the join, so key histories are not compared).
+    let mut found = 0;
+    for v in [v_join, w2, last] {
+        for i in (0..ACCOUNTS).step_by(61) {
+            let body = json!({"key": account(i), "version": v});
+            let want = post(&format!("{ref_url}/v1/tries/0/value"), &body);
+            found += usize::from(want.0 == 200 && !want.1["value"].is_null());
+            assert_eq!(post(&format!("{b_url}/v1/tries/0/value"), &body), want);
+        }
+    }
+    assert!(found > 100, "{found} values found");
+    same_answers(&ref_url, &url, &[v_join, w2, last]);
+    // Changes over ranges within, across one and across both handovers.
+    for (from, to) in [
+        (1, last),
+        (first - 1, last),
+        (w1 - 3, w1 + 2),
+        (w1 - 1, w1),
+        (w1, w2),
+        (w2 - 2, w2 - 1),
+        (w2 - 1, last),
+        (last, last),
+    ] {
+        {
+            let path = format!("/v1/tries/0/changes?from={from}&to={to}");
+            let want = get(&format!("{ref_url}{path}"));
+            assert_eq!(want.0, 200, "{path}: {want:?}");
+            assert_eq!(get(&format!("{url}{path}")), want, "{path}");
+        }
     }
 }

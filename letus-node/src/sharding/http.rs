@@ -1,6 +1,6 @@
 //! The router's HTTP API: the routes of a node that a router can answer for the whole sharded state, with the
-//! node's request limits, body deadline and panic handling. Routes over a whole trie (exports, snapshots,
-//! changes) and a node's own administration answer `501 not_sharded`.
+//! node's request limits, body deadline and panic handling; its shard map and moves. Exports and a node's own
+//! administration (tiers, pruning) answer `501 not_sharded`.
 
 use std::sync::Arc;
 
@@ -16,8 +16,9 @@ use super::router::{MapResponse, MoveRequest, Router};
 use crate::api::*;
 use crate::error::ApiError;
 use crate::server::{
-    authorized, blocking, history_query, parse_json, path, range, tid_param, version_param,
-    FrontierQuery, HistoryQuery, RangeQuery, VersionQuery,
+    authorized, blocking, changes_params, chunk_params, history_query, manifest_params, parse_json,
+    path, range, tid_param, version_param, ChangesQuery, ChunkQuery, FrontierQuery, HistoryQuery,
+    ManifestQuery, RangeQuery, VersionQuery,
 };
 
 type S = State<Arc<Router>>;
@@ -43,12 +44,12 @@ pub fn app(router: Arc<Router>) -> axum::Router {
         .route("/v1/tries/{tid}/history", post(history_post))
         .route("/v1/tries/{tid}/proofs", post(multi_proof))
         .route("/v1/tries/{tid}/export", get(not_sharded("exports")))
-        .route("/v1/tries/{tid}/snapshot", get(not_sharded("snapshots")))
+        .route("/v1/tries/{tid}/snapshot", get(snapshot_manifest))
         .route(
             "/v1/tries/{tid}/snapshot/chunks/{index}",
-            get(not_sharded("snapshots")),
+            get(snapshot_chunk),
         )
-        .route("/v1/tries/{tid}/changes", get(not_sharded("changes")))
+        .route("/v1/tries/{tid}/changes", get(changes))
         .route("/v1/shard/tops", get(not_sharded("tops")))
         .route("/v1/shard/blocks", post(not_sharded("shard blocks")))
         .route("/v1/shard/map", get(shard_map))
@@ -126,6 +127,45 @@ async fn write_block(State(r): S, req: Request) -> Result<Json<DigestsResponse>,
         r.metrics.observe_commit(started.elapsed());
     }
     answer
+}
+
+async fn snapshot_manifest(
+    State(r): S,
+    p: Result<Path<String>, PathRejection>,
+    q: Result<Query<ManifestQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let (tid, v, max_pairs) = manifest_params(p, q)?;
+    let r = r.clone();
+    let m = blocking(move || r.snapshot_manifest(tid, v, max_pairs)).await?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
+        m,
+    )
+        .into_response())
+}
+
+async fn snapshot_chunk(
+    State(r): S,
+    p: Result<Path<(String, String)>, PathRejection>,
+    q: Result<Query<ChunkQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let (tid, index, v, depth, prefix) = chunk_params(p, q)?;
+    let r = r.clone();
+    let c = blocking(move || r.snapshot_chunk(tid, v, index, depth, &prefix)).await?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
+        c,
+    )
+        .into_response())
+}
+
+async fn changes(
+    State(r): S,
+    p: Result<Path<String>, PathRejection>,
+    q: Result<Query<ChangesQuery>, QueryRejection>,
+) -> Result<Json<ChangesResponse>, ApiError> {
+    let (tid, from, to) = changes_params(p, q)?;
+    call(&r, move |r| r.changes(tid, from, to)).await
 }
 
 async fn shard_map(State(r): S) -> Result<Json<MapResponse>, ApiError> {

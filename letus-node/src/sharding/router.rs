@@ -44,6 +44,7 @@ use super::map::{MoveTask, ShardMap};
 use super::tops_from_json;
 
 mod moving;
+mod state_sync;
 use crate::api::*;
 use crate::error::{hex_field, ApiError};
 use crate::node::NodeLimits;
@@ -635,39 +636,48 @@ impl Router {
         which: &[usize],
         f: impl Fn(usize, &Shard) -> Result<T, ApiError> + Sync,
     ) -> Vec<Result<T, ApiError>> {
-        let counted = |i: usize, r: Result<T, ApiError>| {
-            if matches!(
-                r,
-                Err(ApiError::ShardUnavailable(_) | ApiError::ShardInconsistent(_))
-            ) {
-                self.failures[i].fetch_add(1, Ordering::Relaxed);
-            }
-            r
+        self.in_parallel(which, |i| *i, |i| f(*i, &self.shards[*i]))
+    }
+
+    /// Runs `f` for every ask at once (one alone on this thread) and collects the answers in order, counting the
+    /// failures of the shard `shard(ask)` each one calls.
+    pub(super) fn in_parallel<A: Sync, T: Send>(
+        &self,
+        asks: &[A],
+        shard: impl Fn(&A) -> usize,
+        f: impl Fn(&A) -> Result<T, ApiError> + Sync,
+    ) -> Vec<Result<T, ApiError>> {
+        let answers = match asks {
+            [a] => vec![f(a)],
+            _ => std::thread::scope(|scope| {
+                let handles: Vec<_> = asks
+                    .iter()
+                    .map(|a| {
+                        let f = &f;
+                        scope.spawn(move || f(a))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(ApiError::Internal("a shard call panicked".into()))
+                        })
+                    })
+                    .collect()
+            }),
         };
-        if let [i] = which {
-            return vec![counted(*i, f(*i, &self.shards[*i]))];
-        }
-        let answers = std::thread::scope(|scope| {
-            let handles: Vec<_> = which
-                .iter()
-                .map(|&i| {
-                    let f = &f;
-                    let s = &self.shards[i];
-                    scope.spawn(move || f(i, s))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(ApiError::Internal("a shard call panicked".into())))
-                })
-                .collect::<Vec<_>>()
-        });
-        which
-            .iter()
+        asks.iter()
             .zip(answers)
-            .map(|(i, r)| counted(*i, r))
+            .map(|(a, r)| {
+                if matches!(
+                    r,
+                    Err(ApiError::ShardUnavailable(_) | ApiError::ShardInconsistent(_))
+                ) {
+                    self.failures[shard(a)].fetch_add(1, Ordering::Relaxed);
+                }
+                r
+            })
             .collect()
     }
 
@@ -1268,6 +1278,17 @@ fn read_answer<T: serde::de::DeserializeOwned>(
     url: &str,
     res: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
 ) -> Result<T, ApiError> {
+    let body = read_body(url, res)?;
+    serde_json::from_slice(&body)
+        .map_err(|e| ApiError::ShardInconsistent(format!("{url}: not the documented JSON: {e}")))
+}
+
+/// Reads a shard's answer: its body on success, its error passed on as it is, anything else
+/// `shard_unavailable`.
+fn read_body(
+    url: &str,
+    res: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+) -> Result<Vec<u8>, ApiError> {
     let mut res = res.map_err(|e| shard_err(url, e))?;
     let status = res.status();
     let body = res
@@ -1286,8 +1307,7 @@ fn read_answer<T: serde::de::DeserializeOwned>(
             Err(_) => shard_err(url, format!("answered {status}")),
         });
     }
-    serde_json::from_slice(&body)
-        .map_err(|e| ApiError::ShardInconsistent(format!("{url}: not the documented JSON: {e}")))
+    Ok(body)
 }
 
 const PENDING: &str = "pending.json";

@@ -573,26 +573,8 @@ impl Router {
         })
     }
 
-    fn get_bytes(&self, url: &str) -> Result<Vec<u8>, ApiError> {
-        let mut res = self
-            .agent
-            .get(url)
-            .call()
-            .map_err(|e| super::shard_err(url, e))?;
-        let status = res.status();
-        let body = res
-            .body_mut()
-            .with_config()
-            .limit(super::MAX_ANSWER)
-            .read_to_vec()
-            .map_err(|e| super::shard_err(url, format!("reading the answer: {e}")))?;
-        if !status.is_success() {
-            return Err(super::shard_err(
-                url,
-                format!("answered {status}: {}", String::from_utf8_lossy(&body)),
-            ));
-        }
-        Ok(body)
+    pub(super) fn get_bytes(&self, url: &str) -> Result<Vec<u8>, ApiError> {
+        super::read_body(url, self.agent.get(url).call())
     }
 }
 
