@@ -26,6 +26,20 @@ fn get(url: &str) -> (u16, Value) {
     (status, res.body_mut().read_json().unwrap_or(Value::Null))
 }
 
+/// A binary answer: status and bytes.
+fn get_bytes(url: &str) -> (u16, Vec<u8>) {
+    let mut res = agent().get(url).call().unwrap();
+    let status = res.status().as_u16();
+    (
+        status,
+        res.body_mut()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_vec()
+            .unwrap(),
+    )
+}
+
 fn post(url: &str, body: &Value) -> (u16, Value) {
     let mut res = agent().post(url).send_json(body).unwrap();
     let status = res.status().as_u16();
@@ -272,7 +286,19 @@ fn routers_over_1_2_4_and_16_shards_answer_what_one_node_answers() {
                 "{body}"
             );
         }
-        assert_eq!(get(&format!("{}/v1/tries/0/export", cluster.url)).0, 501);
+        // A whole trie's export is the reference's, byte for byte; a node's own administration is not offered.
+        for path in [
+            "/v1/tries/0/export?version=4",
+            "/v1/tries/1/export",
+            "/v1/tries/0/export",
+        ] {
+            assert_eq!(
+                get_bytes(&format!("{}{path}", cluster.url)),
+                get_bytes(&format!("{ref_url}{path}")),
+                "{path} over {n} shards"
+            );
+        }
+        assert_eq!(get(&format!("{}/v1/tiers", cluster.url)).0, 501);
     }
 }
 
@@ -1386,6 +1412,12 @@ fn a_node_joins_from_a_router_and_follows_it_across_a_move() {
         }
     }
     assert!(found > 100, "{found} values found");
+    for v in [v_join, w1, w2, last] {
+        let path = format!("/v1/tries/0/export?version={v}");
+        let want = get_bytes(&format!("{ref_url}{path}"));
+        assert_eq!(want.0, 200);
+        assert_eq!(get_bytes(&format!("{url}{path}")), want, "{path}");
+    }
     same_answers(&ref_url, &url, &[v_join, w2, last]);
     // Changes over ranges within, across one and across both handovers.
     for (from, to) in [

@@ -1,6 +1,6 @@
 //! The router's HTTP API: the routes of a node that a router can answer for the whole sharded state, with the
-//! node's request limits, body deadline and panic handling; its shard map and moves. Exports and a node's own
-//! administration (tiers, pruning) answer `501 not_sharded`.
+//! node's request limits, body deadline and panic handling; its shard map and moves. A node's own administration
+//! (tiers, pruning) answers `501 not_sharded`.
 
 use std::sync::Arc;
 
@@ -43,7 +43,7 @@ pub fn app(router: Arc<Router>) -> axum::Router {
         .route("/v1/tries/{tid}/value", post(value_post))
         .route("/v1/tries/{tid}/history", post(history_post))
         .route("/v1/tries/{tid}/proofs", post(multi_proof))
-        .route("/v1/tries/{tid}/export", get(not_sharded("exports")))
+        .route("/v1/tries/{tid}/export", get(export))
         .route("/v1/tries/{tid}/snapshot", get(snapshot_manifest))
         .route(
             "/v1/tries/{tid}/snapshot/chunks/{index}",
@@ -127,6 +127,41 @@ async fn write_block(State(r): S, req: Request) -> Result<Json<DigestsResponse>,
         r.metrics.observe_commit(started.elapsed());
     }
     answer
+}
+
+/// `GET /v1/tries/{tid}/export`: streamed as a node streams it, under the same limit of concurrent streams.
+async fn export(
+    State(r): S,
+    p: Result<Path<String>, PathRejection>,
+    q: Result<Query<VersionQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let tid = tid_param(&path(p)?)?;
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let v = q.get()?;
+    let permit = r
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::TooManyStreams(r.limits.max_streams))?;
+    // Checked before the 200 goes out: afterwards an error can only cut the stream short.
+    let v = {
+        let r = r.clone();
+        blocking(move || r.export_version(tid, v)).await?
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    let r = r.clone();
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let tx2 = tx.clone();
+        if let Err(e) = r.export(tid, v, |chunk| tx2.blocking_send(Ok(chunk)).is_ok()) {
+            let _ = tx.blocking_send(Err(std::io::Error::other(format!("{e:?}"))));
+        }
+    });
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
+        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
+    )
+        .into_response())
 }
 
 async fn snapshot_manifest(

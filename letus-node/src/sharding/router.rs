@@ -384,6 +384,8 @@ pub struct Router {
     pub metrics: crate::metrics::Metrics,
     /// See [`RouterConfig::move_step_pairs`].
     move_step_pairs: usize,
+    /// Exports running (each holds a blocking thread until its client has read it), at most `max_streams`.
+    pub streams: Arc<tokio::sync::Semaphore>,
     tops: Mutex<VecDeque<(Version, VersionTops)>>,
 }
 
@@ -450,6 +452,7 @@ impl Router {
             None => read_pending(&cfg.data)?,
         };
         let map = pending.as_ref().map(|p| p.map.clone()).unwrap_or_default();
+        let max_streams = cfg.limits.max_streams;
         let router = Router {
             shards: shard_urls
                 .iter()
@@ -475,6 +478,7 @@ impl Router {
             failures: (0..n).map(|_| Default::default()).collect(),
             metrics: crate::metrics::Metrics::new(),
             move_step_pairs: cfg.move_step_pairs.max(1),
+            streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             tops: Mutex::new(VecDeque::new()),
         };
         let latest = router.finished().latest;

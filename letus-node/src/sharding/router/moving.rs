@@ -446,7 +446,7 @@ impl Router {
     /// The pairs of subtree `p` of trie `tid` on shard `i` at `v`, as a snapshot chunk checked against the
     /// subtree's top in `tops` (the shard's own answer, so a chunk that does not fit is the shard contradicting
     /// itself: `shard_inconsistent`).
-    fn subtree_pairs(
+    pub(super) fn subtree_pairs(
         &self,
         i: usize,
         tid: u32,

@@ -1,6 +1,9 @@
-//! Snapshots and changes through a router (API.md, "Snapshots and joining"), so that a node can join from a
-//! sharded cluster and follow it as it follows one node.
+//! Exports, snapshots and changes through a router (API.md, "Snapshots and joining"), so that a node can join
+//! from a sharded cluster and follow it as it follows one node, and a whole trie can be exported from it.
 //!
+//! - **Export**: the header with the composed root, then each non-empty subtree's pairs in path order, from the
+//!   shard holding it at the version, each subtree fetched as a snapshot chunk and checked against its top before
+//!   any of its records goes out; then the trailer.
 //! - **Manifest**: each shard's manifest of the trie at the version (its entries lie at depth 2 or below, so each
 //!   names one subtree), the entries of the subtrees each shard holds at that version kept, merged in path order,
 //!   with the composed root; checked against that root before it is answered.
@@ -23,6 +26,49 @@ use crate::api::*;
 use crate::error::{hex_field, ApiError};
 
 impl Router {
+    /// The version an export of trie `tid` at `version` (default latest) is of, checked before its answer starts.
+    pub fn export_version(&self, tid: u32, version: Option<Version>) -> Result<Version, ApiError> {
+        let f = self.finished();
+        let v = f.resolve(version)?;
+        f.digest(tid, v)?;
+        Ok(v)
+    }
+
+    /// Writes the export of trie `tid` at `v` (SPEC.md §9.2) to `sink` in pieces of about 64 KiB (see the module
+    /// documentation); `sink` returns `false` when its reader went away. The number of records.
+    pub fn export(
+        &self,
+        tid: u32,
+        v: Version,
+        mut sink: impl FnMut(Vec<u8>) -> bool,
+    ) -> Result<u64, ApiError> {
+        use letus_verify::export::{encode_record, encode_trailer, ExportHeader};
+        let root = self.finished().digest(tid, v)?.root;
+        let all = self.tops_at(v)?;
+        let empty = letus_core::shard::Tops::default();
+        let tops = all.get(&tid).unwrap_or(&empty);
+        let mut buf = ExportHeader {
+            tid,
+            version: v,
+            root,
+        }
+        .encode();
+        let mut n = 0u64;
+        for (prefix, _) in tops.entries() {
+            let shard = self.owner(*prefix, v);
+            for (k, val) in self.subtree_pairs(shard, tid, v, *prefix, tops)? {
+                encode_record(&k, &val, &mut buf);
+                n += 1;
+                if buf.len() >= 64 * 1024 && !sink(std::mem::take(&mut buf)) {
+                    return Ok(n);
+                }
+            }
+        }
+        buf.extend_from_slice(&encode_trailer(n));
+        sink(buf);
+        Ok(n)
+    }
+
     /// The manifest of trie `tid` at `version` (default latest), merged from the shards' (see the module
     /// documentation).
     pub fn snapshot_manifest(
