@@ -538,9 +538,7 @@ async fn export(
     p: Result<Path<String>, PathRejection>,
     q: Result<Query<VersionQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let tid = tid_param(&path(p)?)?;
-    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let v = q.get()?;
+    let (tid, v) = trie_and_version(p, q)?;
     // A stream holds a blocking thread and a snapshot until its client has read it (or stalled for the idle
     // timeout, which drops the connection): their number is bounded. It holds no lock a commit needs.
     let permit = s
@@ -563,22 +561,42 @@ async fn export(
         })
         .await?;
     }
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
     let node = s.node.clone();
+    Ok(blocking_stream(permit, move |sink| {
+        node.export(tid, v, sink)
+    }))
+}
+
+/// The trie in the path and the optional `version` of the query.
+pub(crate) fn trie_and_version(
+    p: Result<Path<String>, PathRejection>,
+    q: Result<Query<VersionQuery>, QueryRejection>,
+) -> Result<(u32, Option<u64>), ApiError> {
+    let tid = tid_param(&path(p)?)?;
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    Ok((tid, q.get()?))
+}
+
+/// A binary answer produced on a blocking thread, which holds `permit` until it ends: done, failed (the stream
+/// is cut short), or stopped because the client went away (`produce`'s sink then answers `false`).
+pub(crate) fn blocking_stream(
+    permit: tokio::sync::OwnedSemaphorePermit,
+    produce: impl FnOnce(&mut dyn FnMut(Vec<u8>) -> bool) -> Result<u64, ApiError> + Send + 'static,
+) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
     tokio::task::spawn_blocking(move || {
-        // Released when the walk ends: done, failed, or cut off because the body (the receiver) was dropped.
         let _permit = permit;
         let tx2 = tx.clone();
-        if let Err(e) = node.export(tid, v, |chunk| tx2.blocking_send(Ok(chunk)).is_ok()) {
+        if let Err(e) = produce(&mut |chunk| tx2.blocking_send(Ok(chunk)).is_ok()) {
             let _ = tx.blocking_send(Err(std::io::Error::other(format!("{e:?}"))));
         }
     });
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
-    Ok((
+    (
         [(header::CONTENT_TYPE, "application/octet-stream")],
         Body::from_stream(stream),
     )
-        .into_response())
+        .into_response()
 }
 
 #[derive(Deserialize)]

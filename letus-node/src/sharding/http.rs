@@ -16,9 +16,9 @@ use super::router::{MapResponse, MoveRequest, Router};
 use crate::api::*;
 use crate::error::ApiError;
 use crate::server::{
-    authorized, blocking, changes_params, chunk_params, history_query, manifest_params, parse_json,
-    path, range, tid_param, version_param, ChangesQuery, ChunkQuery, FrontierQuery, HistoryQuery,
-    ManifestQuery, RangeQuery, VersionQuery,
+    authorized, blocking, blocking_stream, changes_params, chunk_params, history_query,
+    manifest_params, parse_json, path, range, tid_param, trie_and_version, version_param,
+    ChangesQuery, ChunkQuery, FrontierQuery, HistoryQuery, ManifestQuery, RangeQuery, VersionQuery,
 };
 
 type S = State<Arc<Router>>;
@@ -135,9 +135,7 @@ async fn export(
     p: Result<Path<String>, PathRejection>,
     q: Result<Query<VersionQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let tid = tid_param(&path(p)?)?;
-    let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let v = q.get()?;
+    let (tid, v) = trie_and_version(p, q)?;
     let permit = r
         .streams
         .clone()
@@ -148,20 +146,8 @@ async fn export(
         let r = r.clone();
         blocking(move || r.export_version(tid, v)).await?
     };
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
     let r = r.clone();
-    tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let tx2 = tx.clone();
-        if let Err(e) = r.export(tid, v, |chunk| tx2.blocking_send(Ok(chunk)).is_ok()) {
-            let _ = tx.blocking_send(Err(std::io::Error::other(format!("{e:?}"))));
-        }
-    });
-    Ok((
-        [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
-        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
-    )
-        .into_response())
+    Ok(blocking_stream(permit, move |sink| r.export(tid, v, sink)))
 }
 
 async fn snapshot_manifest(
