@@ -191,28 +191,34 @@ impl Coordinator {
 
     /// The last decision any leader wrote.
     fn decision(&self) -> Result<Option<Pending>, String> {
-        match self
-            .etcd
-            .get(&self.key("decision"))
-            .map_err(|e| e.to_string())?
-        {
+        self.read("decision")
+    }
+
+    /// The JSON value of key `name`, `None` if absent.
+    fn read<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>, String> {
+        match self.etcd.get(&self.key(name)).map_err(|e| e.to_string())? {
             Some(kv) => serde_json::from_slice(&kv.value)
                 .map(Some)
-                .map_err(|e| format!("the decision in etcd: {e}")),
+                .map_err(|e| format!("{} in etcd: {e}", self.key(name))),
             None => Ok(None),
         }
     }
 
     /// Writes the decision if this router still leads.
     fn decide(&self, d: &Pending) -> Result<(), ApiError> {
+        self.write("decision", d)
+    }
+
+    /// Writes key `name` (JSON) if this router still leads.
+    fn write(&self, name: &str, value: &impl Serialize) -> Result<(), ApiError> {
         if self.fenced.load(Ordering::SeqCst) {
             return Err(ApiError::Fenced);
         }
-        let json = serde_json::to_vec(d).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let json = serde_json::to_vec(value).map_err(|e| ApiError::Internal(e.to_string()))?;
         match self.etcd.put_if(
             &self.key("leader"),
             self.leader_revision,
-            &self.key("decision"),
+            &self.key(name),
             &json,
         ) {
             Ok(true) => Ok(()),
@@ -452,6 +458,14 @@ impl Router {
             None => read_pending(&cfg.data)?,
         };
         let map = pending.as_ref().map(|p| p.map.clone()).unwrap_or_default();
+        // A move asked for counts until the decision of the version it was asked before (`started`) is written.
+        let requested: Option<MoveTask> = match &coord {
+            Some(c) => c.read::<Option<MoveTask>>("requested")?.flatten(),
+            None => {
+                read_record::<Option<MoveTask>>(&cfg.data, REQUESTED, REQUESTED_MAGIC)?.flatten()
+            }
+        }
+        .filter(|r| pending.as_ref().is_none_or(|p| p.version < r.started));
         let max_streams = cfg.limits.max_streams;
         let router = Router {
             shards: shard_urls
@@ -471,7 +485,7 @@ impl Router {
             dir: cfg.data,
             coord,
             writer: Mutex::new(Writer { log, pending: None }),
-            requested: Mutex::new(None),
+            requested: Mutex::new(requested),
             in_doubt: AtomicBool::new(false),
             finished: RwLock::new(finished),
             map: RwLock::new(map),
@@ -786,6 +800,8 @@ impl Router {
                 .map_err(|e| ApiError::Unavailable(format!("writing the decision: {e}")))?,
         }
         if started {
+            // Best effort: a request left behind is ignored at the next start, its version being decided.
+            let _ = self.save_request(None);
             *self
                 .requested
                 .lock()
@@ -798,6 +814,15 @@ impl Router {
         w.pending = Some(decision.clone());
         self.in_doubt.store(true, Ordering::Relaxed);
         self.finish(&mut w, decision)
+    }
+
+    /// Saves the move asked for (or that there is none) where decisions go: etcd, or `DIR/move.json`.
+    pub(super) fn save_request(&self, r: Option<&MoveTask>) -> Result<(), ApiError> {
+        match &self.coord {
+            Some(c) => c.write("requested", &r),
+            None => write_record(&self.dir, REQUESTED, REQUESTED_MAGIC, &r)
+                .map_err(|e| ApiError::Unavailable(format!("saving the move asked for: {e}"))),
+        }
     }
 
     /// The writer, while this router leads (`fenced` once its lease ended).
@@ -1319,57 +1344,77 @@ const PENDING: &str = "pending.json";
 /// The magic of `pending.json`.
 const PENDING_MAGIC: &str = "letus-router-decision";
 
-/// `pending.json` (FORMAT.md §3.1): the decision, as etcd holds it, with a magic, a format and a check.
+/// A move asked for and not yet started (`move.json`).
+const REQUESTED: &str = "move.json";
+
+/// The magic of `move.json`.
+const REQUESTED_MAGIC: &str = "letus-router-move";
+
+/// A record file of the router's directory (FORMAT.md §3.1): the record's JSON text with a magic, a format and a
+/// check.
 #[derive(Serialize, Deserialize)]
-struct PendingFile {
+struct RecordFile {
     magic: String,
     format: u32,
-    /// The value hash (SPEC.md §2) of `decision`.
+    /// The value hash (SPEC.md §2) of `record`.
     check: String,
-    /// The decision's JSON text.
-    decision: String,
+    /// The record's JSON text.
+    #[serde(alias = "decision")]
+    record: String,
 }
 
 fn read_pending(dir: &Path) -> Result<Option<Pending>, String> {
-    let path = dir.join(PENDING);
+    read_record(dir, PENDING, PENDING_MAGIC)
+}
+
+/// Writes the decision durably: a temporary file, fsync, rename, fsync of the directory.
+fn write_pending(dir: &Path, p: &Pending) -> std::io::Result<()> {
+    write_record(dir, PENDING, PENDING_MAGIC, p)
+}
+
+fn read_record<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    name: &str,
+    magic: &str,
+) -> Result<Option<T>, String> {
+    let path = dir.join(name);
     let bad = |why: String| format!("{}: {why}", path.display());
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(bad(e.to_string())),
     };
-    let f: PendingFile = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-    if f.magic != PENDING_MAGIC || f.format != 1 {
+    let f: RecordFile = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+    if f.magic != magic || f.format != 1 {
         return Err(bad(format!(
-            "not a router decision of format 1 ({} {})",
+            "not a {magic} record of format 1 ({} {})",
             f.magic, f.format
         )));
     }
-    let text = f.decision.as_str();
-    if f.check != letus_verify::hash::value_hash(text.as_bytes()).to_string() {
+    if f.check != letus_verify::hash::value_hash(f.record.as_bytes()).to_string() {
         return Err(bad(
             "its checksum does not match: the file is damaged".into()
         ));
     }
-    serde_json::from_str(text)
+    serde_json::from_str(&f.record)
         .map(Some)
         .map_err(|e| bad(e.to_string()))
 }
 
-/// Writes the decision durably: a temporary file, fsync, rename, fsync of the directory.
-fn write_pending(dir: &Path, p: &Pending) -> std::io::Result<()> {
-    let text = serde_json::to_string(p).map_err(std::io::Error::other)?;
-    let file = PendingFile {
-        magic: PENDING_MAGIC.into(),
+/// Writes a record durably: a temporary file, fsync, rename, fsync of the directory.
+fn write_record(dir: &Path, name: &str, magic: &str, r: &impl Serialize) -> std::io::Result<()> {
+    let text = serde_json::to_string(r).map_err(std::io::Error::other)?;
+    let file = RecordFile {
+        magic: magic.into(),
         format: 1,
         check: letus_verify::hash::value_hash(text.as_bytes()).to_string(),
-        decision: text,
+        record: text,
     };
-    let tmp = dir.join("pending.json.tmp");
+    let tmp = dir.join(format!("{name}.tmp"));
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(&serde_json::to_vec(&file).map_err(std::io::Error::other)?)?;
     f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(PENDING))?;
+    std::fs::rename(&tmp, dir.join(name))?;
     std::fs::File::open(dir)?.sync_all()
 }
 

@@ -133,7 +133,7 @@ impl Router {
                 )));
             }
             tracing::info!(prefix = %format!("{prefix:02x}"), from, to = req.to, "move asked for: the next block starts it");
-            *requested = Some(MoveTask {
+            let task = MoveTask {
                 prefix,
                 from,
                 to: req.to,
@@ -142,7 +142,10 @@ impl Router {
                 tries: Vec::new(),
                 handed_over: None,
                 piece: None,
-            });
+            };
+            // Durable before it is accepted: a router that restarts (or the next etcd leader) still starts it.
+            self.save_request(Some(&task))?;
+            *requested = Some(task);
         }
         self.map_view()
     }
