@@ -171,7 +171,6 @@ fn decode_write(w: &WriteOp, field: &str, i: usize) -> Result<DecodedWrite, ApiE
 
 /// The fingerprint of a block request, stored with the block so that a repeated POST can be told from a
 /// different block for the same version.
-/// The fingerprint of a block request: a resubmission of the same block is recognized by it.
 pub fn request_hash(version: Version, writes: &[DecodedWrite], block: &[u8]) -> [u8; 32] {
     let mut h = Vec::new();
     h.extend_from_slice(&version.to_le_bytes());

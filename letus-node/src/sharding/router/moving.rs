@@ -34,6 +34,9 @@ use crate::error::{hex_field, ApiError};
 /// A subtree's pairs, in path order.
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// Shards' tops at the version before a move step, by shard.
+type TopsCache = BTreeMap<usize, BTreeMap<u32, Tops>>;
+
 /// `POST /v1/shard/moves`: move subtree `prefix` to shard `to`.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct MoveRequest {
@@ -232,28 +235,32 @@ impl Router {
         let n = self.shards.len();
         let p = task.prefix;
         let at = format!("{p:02x}");
+        // Every shard's tops at `prev`, fetched once per step however many phases the step passes through.
+        let mut tops = TopsCache::default();
         loop {
             match task.phase {
-                Phase::Clear => match self.delete_step(task.to, p, prev, &mut task.piece)? {
-                    Some(d) => {
-                        tracing::info!(prefix = %at, deletes = d.len(), version = v, "move: clearing the target's leftovers");
-                        parts[task.to].moving = d;
-                        break;
+                Phase::Clear => {
+                    match self.delete_step(&mut tops, task.to, p, prev, &mut task.piece)? {
+                        Some(d) => {
+                            tracing::info!(prefix = %at, deletes = d.len(), version = v, "move: clearing the target's leftovers");
+                            parts[task.to].moving = d;
+                            break;
+                        }
+                        None => {
+                            task.phase = Phase::Copy;
+                            task.piece = None;
+                            task.tries = self
+                                .tops_at_step(&mut tops, task.from, prev)?
+                                .iter()
+                                .filter(|(_, t)| t.get(p).is_some())
+                                .map(|(tid, _)| *tid)
+                                .collect();
+                        }
                     }
-                    None => {
-                        task.phase = Phase::Copy;
-                        task.piece = None;
-                        task.tries = self
-                            .shard_tops_raw(task.from, prev)?
-                            .iter()
-                            .filter(|(_, t)| t.get(p).is_some())
-                            .map(|(tid, _)| *tid)
-                            .collect();
-                    }
-                },
+                }
                 Phase::Copy if !task.tries.is_empty() => {
                     let tid = task.tries[0];
-                    let tops = self.shard_tops_raw(task.from, prev)?;
+                    let tops = self.tops_at_step(&mut tops, task.from, prev)?;
                     let mut moving = Vec::new();
                     let mut next = None;
                     if let Some(t) = tops.get(&tid).filter(|t| t.get(p).is_some()) {
@@ -279,8 +286,8 @@ impl Router {
                     break;
                 }
                 Phase::Copy => {
-                    let source = only(&self.shard_tops_raw(task.from, prev)?, p);
-                    let target = only(&self.shard_tops_raw(task.to, prev)?, p);
+                    let source = only(self.tops_at_step(&mut tops, task.from, prev)?, p);
+                    let target = only(self.tops_at_step(&mut tops, task.to, prev)?, p);
                     if source != target {
                         tracing::error!(prefix = %at, version = prev, "move: the copy differs from the source: copying again");
                         task.phase = Phase::Clear;
@@ -309,18 +316,20 @@ impl Router {
                         parts[i].holds = map.holds(i, v, n).map(|h| h.to_string());
                     }
                 }
-                Phase::Drop => match self.delete_step(task.from, p, prev, &mut task.piece)? {
-                    Some(d) => {
-                        tracing::info!(prefix = %at, deletes = d.len(), version = v, "move: dropping the old copy");
-                        parts[task.from].moving = d;
-                        break;
+                Phase::Drop => {
+                    match self.delete_step(&mut tops, task.from, p, prev, &mut task.piece)? {
+                        Some(d) => {
+                            tracing::info!(prefix = %at, deletes = d.len(), version = v, "move: dropping the old copy");
+                            parts[task.from].moving = d;
+                            break;
+                        }
+                        None => {
+                            tracing::info!(prefix = %at, from = task.from, to = task.to, version = v, "move: done");
+                            map.task = None;
+                            return Ok(());
+                        }
                     }
-                    None => {
-                        tracing::info!(prefix = %at, from = task.from, to = task.to, version = v, "move: done");
-                        map.task = None;
-                        return Ok(());
-                    }
-                },
+                }
             }
         }
         map.task = Some(task);
@@ -331,12 +340,13 @@ impl Router {
     /// all of its pairs or the piece `piece` (advanced here) when they are many (`None`: no trie has any).
     fn delete_step(
         &self,
+        cache: &mut TopsCache,
         i: usize,
         p: u8,
         v: Version,
         piece: &mut Option<u8>,
     ) -> Result<Option<Vec<WriteOp>>, ApiError> {
-        let tops = self.shard_tops_raw(i, v)?;
+        let tops = self.tops_at_step(cache, i, v)?;
         let Some((tid, t)) = tops.iter().find(|(_, t)| t.get(p).is_some()) else {
             return Ok(None);
         };
@@ -424,6 +434,19 @@ impl Router {
             last = Some(path);
         }
         Ok(chunk.pairs)
+    }
+
+    /// [`Router::shard_tops_raw`] of shard `i` at `v`, fetched once per move step.
+    fn tops_at_step<'c>(
+        &self,
+        cache: &'c mut TopsCache,
+        i: usize,
+        v: Version,
+    ) -> Result<&'c BTreeMap<u32, Tops>, ApiError> {
+        Ok(match cache.entry(i) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(self.shard_tops_raw(i, v)?),
+        })
     }
 
     /// Every trie's tops of shard `i` at `v`, all of them (the subtrees it holds and any it is given or dropping).
