@@ -210,6 +210,19 @@ impl PageSource for Engine {
 /// commits three times slower).
 pub(super) struct ScanSource<'a>(pub(super) &'a Engine);
 
+/// What [`Engine::read_slots`] read.
+pub(super) struct ReadSlots {
+    /// The page's slots at the version asked for.
+    pub(super) slots: Vec<(page::SlotNo, Cell)>,
+    pub(super) head: Head,
+    /// The newest record at or below that version, decoded, and its key.
+    pub(super) head_key: PageKey,
+    pub(super) head_rec: PageRecord,
+    pub(super) head_bytes: Vec<u8>,
+    /// The file it was read from.
+    pub(super) path: PathBuf,
+}
+
 impl PageSource for ScanSource<'_> {
     fn load(&self, tid: TrieId, id: PageId, version: Version) -> Result<Arc<Page>> {
         if let Some(p) = self.0.page_cache.get(&(tid, id, version)) {
@@ -265,6 +278,25 @@ impl Engine {
     /// Loads page `id` at exactly `version`: the newest record at or below it, then back along the DeltaPage chain
     /// to a BasePage, replaying entries up to `version`.
     pub(super) fn read_page(&self, tid: TrieId, id: PageId, version: Version) -> Result<Page> {
+        let read = self.read_slots(tid, id, version)?;
+        Page::build(id, version, Some(read.head), read.slots).map_err(|w| {
+            Error::corrupt(
+                &read.path,
+                0,
+                format!("page record {id:?} of trie {tid}: {w}"),
+            )
+        })
+    }
+
+    /// [`Engine::read_page`] without building the page (nothing hashed): its slots at `version`, with the record
+    /// read first (the page's newest at or below `version`) and where it was read. A prune writes pages it reads
+    /// this way, and needs their slots and that record only.
+    pub(super) fn read_slots(
+        &self,
+        tid: TrieId,
+        id: PageId,
+        version: Version,
+    ) -> Result<ReadSlots> {
         let probe = PageKey::new(tid, id, version, PageKind::Delta);
         let (head_key, bytes, path, in_file) = self.floor(&probe)?.ok_or_else(|| {
             Error::corrupt(
@@ -378,7 +410,15 @@ impl Engine {
             ));
         }
         head.chain = u32::try_from(chain.len()).unwrap_or(u32::MAX);
-        Page::build(id, version, Some(head), slots).map_err(|w| bad(&path, w))
+        let head_rec = chain.swap_remove(0);
+        Ok(ReadSlots {
+            slots,
+            head,
+            head_key,
+            head_rec,
+            head_bytes: bytes,
+            path,
+        })
     }
 
     /// The records of page `id` from `first` (a DeltaPage's predecessor) back, newest first, down to the first

@@ -759,6 +759,7 @@ impl Store {
         // Value-log GC's queued moves (vlog_gc.rs): their Puts follow this commit's, their Deletes its Deletes.
         let moving = self.shared.take_moves(
             put_lens.iter().map(|&l| u64::from(l)).sum(),
+            &mut staged.keys().copied(),
             &|tid, path| staged.contains_key(&(tid, *path)),
         )?;
         let (moved_puts, moved_deletes): (Vec<_>, Vec<_>) = moving
@@ -837,12 +838,11 @@ impl Store {
         // leaf's or a tombstone's) no longer is.
         let mut live_delta: vlog_gc::LiveDelta = Vec::new();
         let mut live = |added: Location, replaced: Option<Location>| {
-            live_delta.push((added.file_id, i64::from(added.len)));
+            live_delta.push((added, true));
             if let Some(r) = replaced {
-                live_delta.push((r.file_id, -i64::from(r.len)));
+                live_delta.push((r, false));
             }
         };
-        let written: Vec<(TrieId, KeyPath)> = staged.keys().copied().collect();
         for ((tid, path), (key, value)) in staged {
             let link = prevs.get(&(tid, path)).copied();
             let prev = link.map(|(l, _)| l);
@@ -918,8 +918,7 @@ impl Store {
         let mut engine = self.engine_mut()?;
         engine.apply(plan, end, Instant::now() - work)?;
         // Under the exclusive hold: a GC walk that reads the newest version misses no commit's changes.
-        self.shared
-            .gc_committed(version, end.file_id, live_delta, &mut written.into_iter());
+        self.shared.gc_committed(version, end.file_id, live_delta);
         engine
             .tries
             .keys()

@@ -375,8 +375,16 @@ impl Shared {
                 for batch in level.chunks(PAGES_PER_HOLD) {
                     let e = self.engine_after_writers();
                     for &(id, version) in batch {
-                        let page = ScanSource(&e).load(tid, id, version)?;
-                        for (slot, cell) in page.cells() {
+                        // A page not in the cache is read without being built: its slots and newest record are
+                        // all a base file needs (building it would hash every inline branch).
+                        let (cells, head) = match e.page_cache.get(&(tid, id, version)) {
+                            Some(p) => (p.cells().to_vec(), None),
+                            None => {
+                                let r = e.read_slots(tid, id, version)?;
+                                (r.slots, Some((r.head_key, r.head_rec, r.head_bytes)))
+                            }
+                        };
+                        for (slot, cell) in &cells {
                             // A child page at or below `skip` (with everything under it: a page's version is at
                             // least its children's) is unchanged since then, and an older base file holds it.
                             match cell {
@@ -387,7 +395,7 @@ impl Shared {
                                 _ => {}
                             }
                         }
-                        for (key, bytes) in base_records(&e, tid, id, version, &page)? {
+                        for (key, bytes) in base_records(&e, tid, id, version, &cells, head)? {
                             min_version = min_version.min(key.version);
                             w.add(&key, &bytes)?;
                             records += 1;
@@ -412,32 +420,41 @@ impl Shared {
     }
 }
 
-/// The records of page `id` (whose state at `version`, its newest at or below the boundary, is `page`) that the
+/// The records of page `id` (whose slots at `version`, its newest at or below the boundary, are `cells`) that the
 /// base file holds, in key order: its newest record at or below `version`, a BasePage as it is, a DeltaPage `D` at
-/// `p` as a BasePage under `(p, Base)` holding `page` followed by `D` pointing at it.
+/// `p` as a BasePage under `(p, Base)` holding `cells` followed by `D` pointing at it. `head` is that record when
+/// the caller read it already (key, decoded, bytes).
 fn base_records(
     e: &Engine,
     tid: TrieId,
     id: PageId,
     version: Version,
-    page: &Page,
+    cells: &[(page::SlotNo, Cell)],
+    head: Option<(PageKey, PageRecord, Vec<u8>)>,
 ) -> Result<Vec<(PageKey, Vec<u8>)>> {
-    let probe = PageKey::new(tid, id, version, PageKind::Delta);
-    let (key, bytes, path, _) = e.floor(&probe)?.ok_or_else(|| {
-        Error::corrupt(
-            e.dir.join("lsvps"),
-            0,
-            format!("page {id:?} of trie {tid} has no record at version {version}"),
-        )
-    })?;
-    if key.tid != tid || key.page != id {
-        return Err(Error::corrupt(
-            &path,
-            0,
-            format!("page {id:?} of trie {tid} has no record at version {version}"),
-        ));
-    }
-    match PageRecord::decode(&bytes).map_err(|w| Error::corrupt(&path, 0, w))? {
+    let (key, rec, bytes) = match head {
+        Some(h) => h,
+        None => {
+            let probe = PageKey::new(tid, id, version, PageKind::Delta);
+            let (key, bytes, path, _) = e.floor(&probe)?.ok_or_else(|| {
+                Error::corrupt(
+                    e.dir.join("lsvps"),
+                    0,
+                    format!("page {id:?} of trie {tid} has no record at version {version}"),
+                )
+            })?;
+            if key.tid != tid || key.page != id {
+                return Err(Error::corrupt(
+                    &path,
+                    0,
+                    format!("page {id:?} of trie {tid} has no record at version {version}"),
+                ));
+            }
+            let rec = PageRecord::decode(&bytes).map_err(|w| Error::corrupt(&path, 0, w))?;
+            (key, rec, bytes)
+        }
+    };
+    match rec {
         PageRecord::Base { .. } => Ok(vec![(key, bytes)]),
         PageRecord::Delta {
             first_version,
@@ -448,7 +465,7 @@ fn base_records(
             // The BasePage holds the page as of `version` (not of `p`): from a version at or above the boundary
             // this page is only ever loaded at `version`, and `D`'s entries up to it, applied over it, assign
             // what it already holds. It comes from the page already loaded, with no chain replayed or hashed.
-            let base = page::encode_base(key.version, 0, page.cells());
+            let base = page::encode_base(key.version, 0, cells);
             let delta = page::encode_delta(
                 first_version,
                 since_base,

@@ -2,10 +2,12 @@
 //! moving the live records out of files that are mostly garbage so that those can be deleted too (FORMAT.md
 //! §1.6).
 //!
-//! **Accounting.** GC keeps, per data file, its live bytes: the bytes of the records that the newest state refers
-//! to (leaves and tombstones). The first pass after an open walks the state once to find them; from then on each
-//! commit adjusts them by what it changed (the record a write replaces stops being live, the record it appends
-//! starts), under the engine's exclusive hold while it publishes, so the figures are exact at every version.
+//! **Accounting.** GC keeps, per data file, its live records: those the newest state refers to (leaves and
+//! tombstones), as a bitmap with a bit per 32 bytes of the file (no two records start within 32 bytes: the
+//! shortest is 33; so 1/256 of the log's size in memory), and their bytes. The first pass after an open walks
+//! the state once to find them; from then on each commit adjusts them by what it changed (the record a write
+//! replaces stops being live, the record it appends starts), under the engine's exclusive hold while it
+//! publishes, so they are exact at every version.
 //!
 //! **Retiring and deleting.** A sealed file whose live bytes are zero at a version `v` is retired at `v`, and
 //! deleted once the prune boundary `B` reaches `v` (the background pruner raises `B` to its window for that as
@@ -15,19 +17,29 @@
 //! is also the state at `v`, and `v` refers to none of them.
 //!
 //! **Moving.** A sealed file whose garbage is at least [`Options::vlog_gc_garbage`] of its bytes is a victim: a
-//! pass reads it record by record, keeps those the newest state still refers to, and queues them; the next
+//! pass reads it record by record, keeps those whose bit is set (no lookup in the trie: reading a victim takes no
+//! hold of the engine), and queues them; the next
 //! commits copy them to the log's end as *moved* records (the same bytes, version and history link, under another
 //! kind) and point the leaves (or tombstones) at the copies. Nothing hashed changes, so roots stay the same; replay
 //! moves the leaves again from the moved records. The commit that moves a victim's last live record brings it to
-//! zero, which retires it. Moves are queued in key order, so that a commit's moves are neighbours in the trie and
-//! rewrite few pages. A queued record was live when checked; from before that check until the queue is drained,
-//! the keys every commit writes are recorded, and a move of a key written since is dropped, so a queue is never
-//! wrong, only partly stale.
+//! zero, which retires it. A queued record was live when read; a commit takes a move only if its bit is still set
+//! and it does not write the key itself, so a queue is never wrong, only partly stale.
+//!
+//! **Which moves a commit takes.** A move rewrites the pages on its key's path, as a write does; a victim's live
+//! records are spread over the whole state, so moves taken in any order rewrite about one more bottom page each,
+//! and at 1M keys that cost the commits a third of their rate. So a commit first takes the queued moves under the
+//! same depth-4 prefix (the first two path bytes) as one of its own writes: their pages down to depth 4 are
+//! rewritten anyway, and a move there costs its record's copy and at most a small page below. A block of 2,000
+//! writes covers about 3% of the 65,536 prefixes, so most of a queue goes that way within a few dozen commits.
+//! When the neighbours come to less than a quarter of what the commit writes (at least
+//! [`MIN_MOVE_BYTES_PER_COMMIT`]), it takes more in key order, oldest pass first (neighbours of each other, so
+//! they share the upper pages), up to that, so that a victim empties in bounded time whatever the commits write
+//! (a store of small blocks has few neighbours).
 //!
 //! What GC costs: one walk of the state per open, a read of each victim file, and the moves. The state is in
-//! memory only (live bytes, retired files, the queue): an open starts over from a walk.
+//! memory only (live records, retired files, the queue): an open starts over from a walk.
 
-use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::collections::BTreeSet;
 
 use super::*;
 use crate::vdls::HEADER_LEN;
@@ -51,8 +63,72 @@ pub(super) struct Moving {
     pub(super) from: Location,
 }
 
-/// Changes of live bytes per data file: `(file id, bytes added (+) or no longer referred to (-))`.
-pub(super) type LiveDelta = Vec<(u32, i64)>;
+/// A queued move (its key is that of the queue it is in).
+#[derive(Clone, Copy, Debug)]
+struct Queued {
+    loc: Location,
+    delete: bool,
+}
+
+/// The queued moves of each GC pass, by pass ([`GcState::passes`]), each in key order (empty passes are
+/// removed).
+type Queue = BTreeMap<u64, BTreeMap<(TrieId, KeyPath), Queued>>;
+
+/// Changes of the live records: `(record, whether it was added (else it is no longer referred to))`.
+pub(super) type LiveDelta = Vec<(Location, bool)>;
+
+/// No two records start within this many bytes of a data file (the shortest record is longer).
+const GRANULE: u64 = 32;
+const _: () = assert!(crate::vdls::record::MIN_RECORD_LEN as u64 > GRANULE);
+
+/// The live records of one data file.
+#[derive(Clone, Debug, Default)]
+struct FileLive {
+    /// Their bytes.
+    bytes: u64,
+    /// Bit `offset / GRANULE` set for each.
+    bits: Vec<u64>,
+}
+
+impl FileLive {
+    fn is_live(&self, offset: u64) -> bool {
+        let g = offset / GRANULE;
+        usize::try_from(g / 64)
+            .ok()
+            .and_then(|w| self.bits.get(w))
+            .is_some_and(|w| w & (1 << (g % 64)) != 0)
+    }
+
+    /// Adds (`live`) or removes a record; `false` if it already was (or was not) live: the accounting is wrong.
+    fn set(&mut self, loc: Location, live: bool) -> bool {
+        let g = loc.offset / GRANULE;
+        let Ok(w) = usize::try_from(g / 64) else {
+            return false;
+        };
+        if w >= self.bits.len() {
+            if !live {
+                return false;
+            }
+            self.bits.resize(w + 1, 0);
+        }
+        let bit = 1u64 << (g % 64);
+        if (self.bits[w] & bit != 0) == live {
+            return false;
+        }
+        let len = u64::from(loc.len);
+        let bytes = if live {
+            self.bytes.checked_add(len)
+        } else {
+            self.bytes.checked_sub(len)
+        };
+        let Some(bytes) = bytes else {
+            return false;
+        };
+        self.bits[w] ^= bit;
+        self.bytes = bytes;
+        true
+    }
+}
 
 /// What one GC pass does.
 #[derive(Clone, Copy, Debug)]
@@ -80,8 +156,8 @@ impl GcPass {
 /// What GC keeps (memory only).
 #[derive(Default)]
 pub(super) struct GcState {
-    /// Live bytes per data file, exact at the version given (`None` until the first walk after the open).
-    live: Option<(Version, HashMap<u32, u64>)>,
+    /// The live records per data file, exact at the version given (`None` until the first walk after the open).
+    live: Option<(Version, HashMap<u32, FileLive>)>,
     /// A walk in progress at the version given, and the changes of the commits after it.
     walking: Option<(Version, Vec<(Version, LiveDelta)>)>,
     /// Data files the state did not refer to at the version given: deleted once it is pruned.
@@ -89,22 +165,16 @@ pub(super) struct GcState {
     /// Victims already read and queued (not chosen again).
     scanned: BTreeSet<u32>,
     /// Records waiting to be moved by the next commits.
-    moves: VecDeque<Move>,
-    /// The keys committed since the records queued (or being queued) were checked: a move of one of them is
-    /// stale. Recorded only while there is a queue.
-    written: Option<HashSet<(TrieId, KeyPath)>>,
+    moves: Queue,
+    /// Passes that queued moves.
+    passes: u64,
 }
 
 impl GcState {
-    fn apply(map: &mut HashMap<u32, u64>, delta: &LiveDelta) -> bool {
-        for &(id, d) in delta {
-            let e = map.entry(id).or_default();
-            match e.checked_add_signed(d) {
-                Some(v) => *e = v,
-                None => return false,
-            }
-        }
-        true
+    fn apply(map: &mut HashMap<u32, FileLive>, delta: &LiveDelta) -> bool {
+        delta
+            .iter()
+            .all(|&(loc, added)| map.entry(loc.file_id).or_default().set(loc, added))
     }
 }
 
@@ -152,8 +222,8 @@ pub struct VlogFileStatus {
 const MAX_MOVES_PER_PASS: usize = 1 << 18;
 /// Leaves an accounting walk, and records a victim scan, check per hold of the engine.
 const PER_HOLD: usize = 4096;
-/// The least record bytes a commit moves when moves are waiting; otherwise it moves at most what it writes, so
-/// that GC at most doubles what a commit appends.
+/// The least record bytes a commit moves when moves are waiting (see the module); otherwise it moves at most
+/// twice what it writes (neighbours), and a quarter of it in any order.
 const MIN_MOVE_BYTES_PER_COMMIT: u64 = 64 << 10;
 
 impl View<'_> {
@@ -219,15 +289,23 @@ impl Shared {
             (v, t)
         };
         let dir = self.engine_dir_vdls();
-        let mut live: HashMap<u32, u64> = HashMap::new();
+        let mut live: HashMap<u32, FileLive> = HashMap::new();
+        let mut twice = false;
         let walked = self.for_each_leaf(version, &mut |_, l| {
-            *live.entry(l.loc.file_id).or_default() += u64::from(l.loc.len);
+            twice |= !live.entry(l.loc.file_id).or_default().set(l.loc, true);
         });
         let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
         let (_, after) = st.walking.take().unwrap_or((version, Vec::new()));
         walked?;
         for l in tombstones {
-            *live.entry(l.file_id).or_default() += u64::from(l.len);
+            twice |= !live.entry(l.file_id).or_default().set(l, true);
+        }
+        if twice {
+            return Err(Error::corrupt(
+                dir,
+                0,
+                "two leaves or tombstones refer to one value record",
+            ));
         }
         let mut at = version;
         for (v, d) in &after {
@@ -235,7 +313,7 @@ impl Shared {
                 return Err(Error::corrupt(
                     dir,
                     0,
-                    "value-log accounting went below zero",
+                    "value-log accounting went wrong (a record replaced twice)",
                 ));
             }
             at = at.max(*v);
@@ -308,7 +386,7 @@ impl Shared {
         let files = self.vdls.file_lengths();
         let active = files.last().map_or(0, |(id, _)| *id);
         let mut victims: Vec<(u64, u32)> = Vec::new();
-        let queue_empty = {
+        let queue_room = {
             let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
             let GcState {
                 live,
@@ -322,10 +400,10 @@ impl Shared {
             };
             report.version = *version;
             report.log_bytes = files.iter().map(|(_, len)| len).sum();
-            report.live_bytes = map.values().sum();
+            report.live_bytes = map.values().map(|f| f.bytes).sum();
             for &(id, len) in files.iter().filter(|(id, _)| *id != active) {
                 let total = len.saturating_sub(HEADER_LEN);
-                let l = map.get(&id).copied().unwrap_or(0);
+                let l = map.get(&id).map_or(0, |f| f.bytes);
                 if l == 0 {
                     retired.entry(id).or_insert(*version);
                 } else if pass.garbage < 1.0
@@ -341,24 +419,19 @@ impl Shared {
                 .map(|&(id, bytes)| VlogFileStatus {
                     id,
                     bytes,
-                    live_bytes: map.get(&id).copied().unwrap_or(0),
+                    live_bytes: map.get(&id).map_or(0, |f| f.bytes),
                     retired_at: retired.get(&id).copied(),
                     victim: scanned.contains(&id),
                 })
                 .collect();
-            moves.is_empty()
+            moves.values().map(BTreeMap::len).sum::<usize>() < MAX_MOVES_PER_PASS
         };
-        if !pass.scan || !queue_empty || victims.is_empty() {
+        if !pass.scan || !queue_room || victims.is_empty() {
             return Ok(report);
         }
-        // From here every key a commit writes is recorded, so that the records checked below and found live need
-        // no second look when a commit moves them: a key not written since is still where it was checked.
-        self.gc
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .written = Some(HashSet::new());
-
-        // 4. Read the victims, most garbage first, and queue what the state still refers to.
+        // 4. Read the victims, most garbage first, and queue their live records. A victim is sealed, so its bits
+        // only ever clear: a copy taken now can only call live a record that a commit has replaced since, and a
+        // commit checks the bit again before it moves one.
         victims.sort_unstable_by(|a, b| b.cmp(a));
         let mut queued: Vec<Move> = Vec::new();
         let mut scanned = Vec::new();
@@ -366,52 +439,51 @@ impl Shared {
             if queued.len() >= MAX_MOVES_PER_PASS {
                 break;
             }
-            let mut batch: Vec<Move> = Vec::with_capacity(PER_HOLD);
-            let check = |batch: &mut Vec<Move>, queued: &mut Vec<Move>| -> Result<()> {
-                let e = self.engine_after_writers();
-                for m in batch.drain(..) {
-                    let current = if m.delete {
-                        e.tombstones.get(&(m.tid, m.path)).copied()
-                    } else {
-                        e.latest_leaf(m.tid, &m.path)?.map(|l| l.loc)
-                    };
-                    if current == Some(m.loc) {
-                        queued.push(m);
-                    }
+            let bits = {
+                let st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+                match st.live.as_ref().and_then(|(_, m)| m.get(&id)) {
+                    Some(f) => f.clone(),
+                    None => continue,
                 }
-                Ok(())
             };
             self.vdls.scan_file(id, &mut |loc, rec| {
+                if !bits.is_live(loc.offset) {
+                    return Ok(());
+                }
                 let (tid, key, delete) = match rec {
                     Record::Put { tid, key, .. } => (*tid, key, false),
                     Record::Delete { tid, key, .. } => (*tid, key, true),
                     Record::Commit { .. } => return Ok(()),
                 };
-                batch.push(Move {
+                queued.push(Move {
                     tid,
                     path: KeyPath::of(key),
                     loc,
                     delete,
                 });
-                if batch.len() >= PER_HOLD {
-                    check(&mut batch, &mut queued)?;
-                }
                 Ok(())
             })?;
-            check(&mut batch, &mut queued)?;
             scanned.push(id);
         }
         report.files_scanned = scanned.len() as u64;
         report.moves_queued = queued.len() as u64;
-        // In key order: the moves a commit takes are neighbours in the trie, so they rewrite a few pages, not one
-        // page per move (in log order a commit's moves were scattered over the whole state, and the pages they
-        // rewrote doubled the index files written).
-        queued.sort_by_key(|m| (m.tid, m.path));
         let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
         st.scanned.extend(scanned);
-        st.moves.extend(queued);
-        if st.moves.is_empty() {
-            st.written = None;
+        if !queued.is_empty() {
+            st.passes += 1;
+            let at = st.passes;
+            st.moves
+                .entry(at)
+                .or_default()
+                .extend(queued.into_iter().map(|m| {
+                    (
+                        (m.tid, m.path),
+                        Queued {
+                            loc: m.loc,
+                            delete: m.delete,
+                        },
+                    )
+                }));
         }
         Ok(report)
     }
@@ -426,38 +498,87 @@ impl Shared {
         st.retired.values().any(|v| *v <= target)
     }
 
-    /// The queued moves a commit that puts `put_bytes` of records takes, minus those no longer valid (the key
-    /// was committed since it was checked, or is written by this commit, per `staged`), with the records they
-    /// copy.
+    /// The queued moves a commit that puts `put_bytes` of records and writes the keys `writes` (in key order)
+    /// takes (see the module), minus those no longer valid (the key was committed since it was checked, or is
+    /// written by this commit, per `staged`), with the records they copy.
     pub(super) fn take_moves(
         &self,
         put_bytes: u64,
+        writes: &mut dyn Iterator<Item = (TrieId, KeyPath)>,
         staged: &dyn Fn(TrieId, &KeyPath) -> bool,
     ) -> Result<Vec<Moving>> {
-        let budget = put_bytes.max(MIN_MOVE_BYTES_PER_COMMIT);
         let valid: Vec<Move> = {
             let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
             if st.moves.is_empty() {
                 return Ok(Vec::new());
             }
+            let GcState { moves, live, .. } = &mut *st;
+            let mut taken: Vec<Move> = Vec::new();
+            let take = |q: &mut BTreeMap<(TrieId, KeyPath), Queued>,
+                        k: (TrieId, KeyPath),
+                        taken: &mut Vec<Move>|
+             -> u64 {
+                match q.remove(&k) {
+                    Some(m) => {
+                        taken.push(Move {
+                            tid: k.0,
+                            path: k.1,
+                            loc: m.loc,
+                            delete: m.delete,
+                        });
+                        u64::from(m.loc.len)
+                    }
+                    None => 0,
+                }
+            };
+            // 1. The neighbours of this commit's writes: under the same depth-4 prefix.
+            let near_budget = put_bytes.saturating_mul(2).max(MIN_MOVE_BYTES_PER_COMMIT);
             let mut bytes = 0u64;
-            let mut out = Vec::new();
-            while bytes < budget {
-                let Some(m) = st.moves.pop_front() else { break };
-                bytes += u64::from(m.loc.len);
-                let written = st
-                    .written
-                    .as_ref()
-                    .is_some_and(|w| w.contains(&(m.tid, m.path)));
-                if !written && !staged(m.tid, &m.path) {
-                    out.push(m);
+            let mut last: Option<(TrieId, [u8; 2])> = None;
+            for (tid, path) in writes {
+                if bytes >= near_budget {
+                    break;
+                }
+                let prefix = [path.0[0], path.0[1]];
+                if last == Some((tid, prefix)) {
+                    continue;
+                }
+                last = Some((tid, prefix));
+                let (mut lo, mut hi) = ([0u8; 32], [0xffu8; 32]);
+                lo[..2].copy_from_slice(&prefix);
+                hi[..2].copy_from_slice(&prefix);
+                let range = (tid, KeyPath(lo))..=(tid, KeyPath(hi));
+                for q in moves.values_mut() {
+                    while bytes < near_budget {
+                        let Some(k) = q.range(range.clone()).next().map(|(k, _)| *k) else {
+                            break;
+                        };
+                        bytes += take(q, k, &mut taken);
+                    }
                 }
             }
-            if st.moves.is_empty() {
-                // Drained: nothing is left to check (the next scan starts a new record before its checks).
-                st.written = None;
+            // 2. Up to a quarter of what it writes in all, in key order, oldest pass first.
+            let far_budget = (put_bytes / 4).max(MIN_MOVE_BYTES_PER_COMMIT);
+            for q in moves.values_mut() {
+                while bytes < far_budget {
+                    let Some(k) = q.keys().next().copied() else {
+                        break;
+                    };
+                    bytes += take(q, k, &mut taken);
+                }
             }
-            out
+            moves.retain(|_, q| !q.is_empty());
+            // Still live (not replaced since it was read: the bits are exact as of the last commit), and not
+            // written by this commit.
+            let map = live.as_ref().map(|(_, map)| map);
+            taken
+                .into_iter()
+                .filter(|m| {
+                    map.and_then(|map| map.get(&m.loc.file_id))
+                        .is_some_and(|f| f.is_live(m.loc.offset))
+                        && !staged(m.tid, &m.path)
+                })
+                .collect()
         };
         let mut out = Vec::with_capacity(valid.len());
         for m in valid {
@@ -489,17 +610,10 @@ impl Shared {
     }
 
     /// Called by the writer while it holds the engine exclusively to publish `version` (durable by then), with
-    /// the live bytes the commit changed and the keys it wrote: the figures advance to `version`, a sealed file
-    /// (below `active`) they bring to zero is retired at it, and the keys are recorded while moves are queued or
-    /// being checked. If the figures ever went below zero (a bug), they are dropped and the next pass walks
-    /// again.
-    pub(super) fn gc_committed(
-        &self,
-        version: Version,
-        active: u32,
-        delta: LiveDelta,
-        keys: &mut dyn Iterator<Item = (TrieId, KeyPath)>,
-    ) {
+    /// the records the commit made live or replaced: the live records advance to `version`, and a sealed file
+    /// (below `active`) they bring to zero is retired at it. If they ever disagree with a change (a record replaced
+    /// that was not live: a bug), they are dropped, with the queued moves, and the next pass walks again.
+    pub(super) fn gc_committed(&self, version: Version, active: u32, delta: LiveDelta) {
         if delta.is_empty() {
             return;
         }
@@ -508,12 +622,8 @@ impl Shared {
             live,
             walking,
             retired,
-            written,
             ..
         } = &mut *st;
-        if let Some(w) = written {
-            w.extend(keys);
-        }
         if let Some((s, after)) = walking {
             if version > *s {
                 after.push((version, delta.clone()));
@@ -524,8 +634,9 @@ impl Shared {
             if version > *v {
                 if GcState::apply(map, &delta) {
                     *v = version;
-                    for &(id, _) in &delta {
-                        if id < active && map.get(&id) == Some(&0) {
+                    for &(loc, _) in &delta {
+                        let id = loc.file_id;
+                        if id < active && map.get(&id).is_some_and(|f| f.bytes == 0) {
                             retired.entry(id).or_insert(version);
                         }
                     }
@@ -536,6 +647,7 @@ impl Shared {
         }
         if dropped {
             st.live = None;
+            st.moves.clear();
         }
     }
 }
@@ -558,5 +670,60 @@ impl Reader {
     pub fn vlog_gc(&self) -> Result<GcReport> {
         let garbage = self.shared.engine().opts.vlog_gc_garbage;
         self.shared.vlog_gc(GcPass::full(garbage))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loc(offset: u64, len: u32) -> Location {
+        Location {
+            file_id: 1,
+            offset,
+            len,
+        }
+    }
+
+    #[test]
+    fn live_records_are_exact_and_refuse_what_cannot_happen() {
+        let mut f = FileLive::default();
+        // Records as a file lays them out: the shortest (33 bytes) next to each other, then far away.
+        let recs = [loc(32, 33), loc(65, 33), loc(98, 45), loc(1 << 20, 60)];
+        for r in recs {
+            assert!(!f.is_live(r.offset));
+            assert!(f.set(r, true));
+            assert!(f.is_live(r.offset));
+        }
+        assert_eq!(f.bytes, 33 + 33 + 45 + 60);
+        // Made live twice, or replaced while not live: refused, nothing changed.
+        assert!(!f.set(recs[1], true));
+        assert!(f.set(recs[1], false));
+        assert!(!f.set(recs[1], false));
+        assert!(!f.set(loc(1 << 30, 40), false));
+        assert_eq!(f.bytes, 33 + 45 + 60);
+        assert!(
+            f.is_live(recs[0].offset) && !f.is_live(recs[1].offset) && f.is_live(recs[2].offset)
+        );
+        for r in [recs[0], recs[2], recs[3]] {
+            assert!(f.set(r, false));
+        }
+        assert_eq!(f.bytes, 0);
+        assert!(f.bits.iter().all(|w| *w == 0));
+    }
+
+    #[test]
+    fn applying_a_delta_stops_at_the_first_disagreement() {
+        let mut map = HashMap::new();
+        assert!(GcState::apply(
+            &mut map,
+            &vec![(loc(32, 40), true), (loc(72, 40), true)]
+        ));
+        assert!(GcState::apply(
+            &mut map,
+            &vec![(loc(100, 40), true), (loc(32, 40), false)]
+        ));
+        assert_eq!(map[&1].bytes, 80);
+        assert!(!GcState::apply(&mut map, &vec![(loc(32, 40), false)]));
     }
 }
