@@ -58,7 +58,7 @@ struct Args {
     #[arg(long, default_value_t = 1.0)]
     prune_garbage_ratio: f64,
     /// `Options::vlog_gc_garbage` of the pruned stores.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.33)]
     vlog_gc_garbage: f64,
     /// `Options::vdls_file_bytes` of every store (GC deletes whole sealed files).
     #[arg(long, default_value_t = 16 << 20)]
@@ -228,10 +228,11 @@ fn part_windows(a: &Args, root: &Path) {
         // A last GC pass: deletes what the boundary has passed, and accounts the live bytes exactly.
         let mut gc = s.vlog_gc().unwrap();
         let pruned = allocated(&dir);
-        // Then the base files merged into one (`letus prune --merge`): the least disk a prune leaves.
+        // Then the base files merged into one and every value-log file with garbage compacted as far as the
+        // boundary allows (`letus prune --merge`): the least disk a prune leaves.
         if let Some(k) = keep {
             s.prune_merged(k).unwrap();
-            gc = s.vlog_gc().unwrap();
+            gc = s.vlog_gc_all().unwrap();
         }
         // Where the value log's bytes are, file by file (stderr, beside the table): MiB committed / live,
         // R retired (waiting for the boundary), V a victim whose records are queued.

@@ -48,10 +48,14 @@ pub struct Counters {
     pub prune_errors: AtomicU64,
     /// Value-log GC passes (each an accounting walk of the newest state).
     pub vlog_gc_passes: AtomicU64,
-    /// Value records moved by commits out of value-log files GC is emptying.
+    /// Live value records copied by value-log GC into compacted files.
     pub vlog_moved_records: AtomicU64,
-    /// Bytes of those moved records.
+    /// Bytes of those records.
     pub vlog_moved_bytes: AtomicU64,
+    /// Value-log data files compacted by GC (a file compacted twice counts twice).
+    pub vlog_files_compacted: AtomicU64,
+    /// Bytes those compactions gave back (size before less size after).
+    pub vlog_bytes_reclaimed: AtomicU64,
     /// Value-log data files deleted by GC.
     pub vlog_files_deleted: AtomicU64,
     /// Bytes of those files.
@@ -92,6 +96,8 @@ impl Counters {
             vlog_gc_passes: self.vlog_gc_passes.load(Relaxed),
             vlog_moved_records: self.vlog_moved_records.load(Relaxed),
             vlog_moved_bytes: self.vlog_moved_bytes.load(Relaxed),
+            vlog_files_compacted: self.vlog_files_compacted.load(Relaxed),
+            vlog_bytes_reclaimed: self.vlog_bytes_reclaimed.load(Relaxed),
             vlog_files_deleted: self.vlog_files_deleted.load(Relaxed),
             vlog_bytes_deleted: self.vlog_bytes_deleted.load(Relaxed),
             vlog_gc_errors: self.vlog_gc_errors.load(Relaxed),
@@ -126,6 +132,8 @@ pub struct Snapshot {
     pub vlog_gc_passes: u64,
     pub vlog_moved_records: u64,
     pub vlog_moved_bytes: u64,
+    pub vlog_files_compacted: u64,
+    pub vlog_bytes_reclaimed: u64,
     pub vlog_files_deleted: u64,
     pub vlog_bytes_deleted: u64,
     pub vlog_gc_errors: u64,
@@ -158,6 +166,8 @@ impl std::ops::Sub for Snapshot {
             vlog_gc_passes: self.vlog_gc_passes - o.vlog_gc_passes,
             vlog_moved_records: self.vlog_moved_records - o.vlog_moved_records,
             vlog_moved_bytes: self.vlog_moved_bytes - o.vlog_moved_bytes,
+            vlog_files_compacted: self.vlog_files_compacted - o.vlog_files_compacted,
+            vlog_bytes_reclaimed: self.vlog_bytes_reclaimed - o.vlog_bytes_reclaimed,
             vlog_files_deleted: self.vlog_files_deleted - o.vlog_files_deleted,
             vlog_bytes_deleted: self.vlog_bytes_deleted - o.vlog_bytes_deleted,
             vlog_gc_errors: self.vlog_gc_errors - o.vlog_gc_errors,

@@ -59,10 +59,12 @@ pub struct Options {
     /// (above 0, at least 1 MiB of index files is pruned at once).
     pub prune_garbage_ratio: f64,
     /// Value-log GC ([`crate::Store::vlog_gc`]): a sealed value-log file whose bytes are at least this fraction
-    /// garbage (not referenced by the newest state) has its live records moved by the next commits, so that the
-    /// file can be deleted once the versions that still read it are pruned. Files with nothing live are deleted
-    /// whatever this is. `1.0` moves nothing; the default `0.5` bounds the value log's sealed files to about
-    /// twice their live bytes, at a cost of at most one extra write of each live byte per pass.
+    /// garbage (not referenced by the newest state) is compacted to its live records once the versions that still
+    /// read the rest are pruned (on the pruner's thread; commits do nothing for it). Files with nothing live are
+    /// deleted whatever this is. `1.0` compacts nothing. A threshold `g` bounds the sealed files to `1 / (1 - g)`
+    /// times their live bytes (the default `0.33`: 1.5x), and each compaction of a file copies at most `1 - g`
+    /// of it, so a byte that outlives every compaction of its file is copied at most `(1 - g) / g` times (about
+    /// twice at the default; `0.5`: once, for at most 2x the live bytes).
     pub vlog_gc_garbage: f64,
     /// Bytes of the memory budget given to the latest-value index (`store/latest_index.rs`): where each key's
     /// newest value record is, so that a `get` (or `get_many`) at the latest version reads one value record and
@@ -97,7 +99,7 @@ impl Default for Options {
             prefetch_delta_chains: false,
             keep_versions: None,
             prune_garbage_ratio: 1.0,
-            vlog_gc_garbage: 0.5,
+            vlog_gc_garbage: 0.33,
             latest_index_bytes: 0,
             storage: crate::storage::local(),
         }

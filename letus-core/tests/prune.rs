@@ -318,7 +318,7 @@ fn keep_versions_prunes_in_the_background_after_flushes() {
     while p.prune(keep).unwrap().is_some() {}
     let m = p.metrics();
     assert!(
-        m.vlog_gc_passes >= 2 && m.vlog_files_deleted >= 1 && m.vlog_moved_records >= 1,
+        m.vlog_gc_passes >= 2 && m.vlog_files_compacted >= 1 && m.vlog_moved_records >= 1,
         "{m:?}"
     );
     assert_eq!(m.vlog_gc_errors, 0);
@@ -417,8 +417,21 @@ fn vdls_ids(dir: &Path) -> Vec<u32> {
         .unwrap()
         .filter_map(|e| {
             let n = e.unwrap().file_name().into_string().unwrap();
-            n.strip_suffix(".vdl").map(|s| s.parse().unwrap())
+            n.strip_suffix(".vdl")
+                .or_else(|| n.strip_suffix(".vdc"))
+                .map(|s| s.parse().unwrap())
         })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The names in `vdls/` that are data files (plain or compacted).
+fn vdls_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir.join("vdls"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".vdl") || n.ends_with(".vdc"))
         .collect();
     v.sort();
     v
@@ -443,7 +456,7 @@ fn live_bytes_of(a: &Store) -> u64 {
 }
 
 #[test]
-fn value_log_gc_deletes_files_no_kept_version_reads_and_moves_the_rest() {
+fn value_log_gc_deletes_files_no_kept_version_reads_and_compacts_the_rest() {
     let (da, dp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut a = Store::open(da.path(), gc_opts(local())).unwrap();
     let mut p = Store::open(dp.path(), gc_opts(local())).unwrap();
@@ -466,9 +479,15 @@ fn value_log_gc_deletes_files_no_kept_version_reads_and_moves_the_rest() {
         }
     }
     let m = p.metrics();
-    assert!(m.vlog_files_deleted >= 5, "{m:?}\n{reports:?}");
-    assert!(m.vlog_moved_records > 0, "{m:?}");
-    assert!(reports.iter().any(|r| r.moves_queued > 0));
+    assert!(m.vlog_files_compacted >= 5, "{m:?}\n{reports:?}");
+    assert!(
+        m.vlog_moved_records > 0 && m.vlog_files_compacted > 0,
+        "{m:?}"
+    );
+    assert!(reports
+        .iter()
+        .any(|r| r.victims_chosen > 0 && r.files_compacted > 0));
+    assert!(vdls_names(dp.path()).iter().any(|n| n.ends_with(".vdc")));
     // The files gone are the ones GC deleted, and the log is far smaller than the archive's.
     let ids = vdls_ids(dp.path());
     let missing = (1..=*ids.last().unwrap())
@@ -488,13 +507,13 @@ fn value_log_gc_deletes_files_no_kept_version_reads_and_moves_the_rest() {
         vdls_bytes(da.path())
     );
     let last = reports.last().unwrap();
-    // Sealed files are at least half live (the default threshold), so the log holds at most about twice the live
-    // bytes plus the active file and the retired files waiting for the boundary.
+    // Sealed files are compacted when half garbage (the default threshold), so the log holds at most about twice
+    // the live bytes plus the active file and the files waiting for the boundary.
     assert!(last.log_bytes < 4 * last.live_bytes + 64 * 1024, "{last:?}");
     compare(&a, &p, 300);
     compare_history(&a, &p);
 
-    // Reopened: the collected list explains the missing ids, the moved records replay.
+    // Reopened: the collected list explains the missing ids, the compacted files read through their tables.
     drop(p);
     let mut p = Store::open(dp.path(), gc_opts(local())).unwrap();
     compare(&a, &p, 300);
@@ -511,8 +530,8 @@ fn value_log_gc_deletes_files_no_kept_version_reads_and_moves_the_rest() {
     // A data file missing that GC did not delete is corruption, not silently skipped.
     drop(p);
     let ids = vdls_ids(dp.path());
-    let victim = ids[ids.len() / 2];
-    std::fs::remove_file(dp.path().join("vdls").join(format!("{victim:06}.vdl"))).unwrap();
+    let victim = &vdls_names(dp.path())[ids.len() / 2];
+    std::fs::remove_file(dp.path().join("vdls").join(victim)).unwrap();
     match Store::open(dp.path(), gc_opts(local())) {
         Err(Error::Corrupt { what, .. }) => assert!(what.contains("missing"), "{what}"),
         other => panic!("{:?}", other.map(|_| ())),
@@ -520,7 +539,7 @@ fn value_log_gc_deletes_files_no_kept_version_reads_and_moves_the_rest() {
 }
 
 #[test]
-fn a_power_cut_anywhere_in_a_value_log_deletion_loses_nothing() {
+fn a_power_cut_anywhere_in_a_value_log_compaction_loses_nothing() {
     let seed = 13;
     let versions = 120;
     let da = tempfile::tempdir().unwrap();
@@ -548,20 +567,18 @@ fn a_power_cut_anywhere_in_a_value_log_deletion_loses_nothing() {
             }
         }
     };
-    // Queues moves, commits them (which retires the files they empty), and moves the boundary past that: the
-    // next pass deletes them.
+    // Chooses victims at the newest version, commits more, and moves the boundary past it: the next pass
+    // compacts them (and deletes the files that died meanwhile).
     let ready = |s: &mut Store| {
-        // The first pass finds the live bytes by a walk, reads the victims and queues their live records.
+        // The first pass finds the live bytes by a walk and chooses the victims.
         let first = s.vlog_gc().unwrap();
-        assert!(first.walked && first.moves_queued > 0, "{first:?}");
+        assert!(first.walked && first.victims_chosen > 0, "{first:?}");
         for v in versions + 1..=versions + 5 {
             commit(s, seed, v).unwrap();
         }
-        let r = s.vlog_gc().unwrap();
-        assert!(r.files_retired > 0, "{r:?}");
         s.flush().unwrap();
         s.prune(0).unwrap().unwrap();
-        assert!(s.pruned_below().unwrap() >= r.version);
+        assert!(s.pruned_below().unwrap() >= first.version);
     };
     let mutations = {
         let d = tempfile::tempdir().unwrap();
@@ -571,7 +588,7 @@ fn a_power_cut_anywhere_in_a_value_log_deletion_loses_nothing() {
         ready(&mut s);
         fs.reset_counts();
         let r = s.vlog_gc().unwrap();
-        assert!(r.files_deleted > 0, "{r:?}");
+        assert!(r.files_compacted > 0, "{r:?}");
         fs.counts().of(Fault::PowerCut)
     };
     assert!(mutations >= 4, "{mutations}");
@@ -582,16 +599,22 @@ fn a_power_cut_anywhere_in_a_value_log_deletion_loses_nothing() {
         let fs = Faulty::new(local(), cut);
         let mut s = Store::open(d.path(), gc_opts(fs.shared())).unwrap();
         ready(&mut s);
-        let before = vdls_ids(d.path()).len();
+        let before = vdls_names(d.path());
         fs.reset_counts();
         fs.arm(Fault::PowerCut, cut);
         assert!(s.vlog_gc().is_err(), "cut {cut} did not fire");
         drop(s);
         fs.crash().unwrap();
         let mut s = Store::open(d.path(), gc_opts(local())).unwrap();
-        // Either no file is gone, or (the list was durable) every listed one is.
-        let after = vdls_ids(d.path()).len();
-        *outcomes.entry(after < before).or_insert(0) += 1;
+        // Each file is either as it was or compacted (a half-written compaction is gone).
+        let after = vdls_names(d.path());
+        assert!(
+            after
+                .iter()
+                .all(|n| before.contains(n) || n.ends_with(".vdc")),
+            "{before:?} -> {after:?}"
+        );
+        *outcomes.entry(after != before).or_insert(0) += 1;
         compare(&a, &s, versions + 5);
         for v in versions + 6..=versions + 10 {
             commit(&mut s, seed, v).unwrap();
@@ -635,7 +658,7 @@ fn value_log_gc_beside_commits_that_overwrite_the_keys_it_moves() {
     assert!(passes > 10, "{passes}");
     let m = p.metrics();
     assert!(
-        m.vlog_moved_records > 0 && m.vlog_files_deleted > 0,
+        m.vlog_moved_records > 0 && m.vlog_files_compacted > 0,
         "{m:?}"
     );
     let r = p.vlog_gc().unwrap();
@@ -648,19 +671,19 @@ fn value_log_gc_beside_commits_that_overwrite_the_keys_it_moves() {
     compare_history(&a, &p);
 }
 
-/// Between prunes, the background pruner deletes the value-log files that commits emptied as soon as the window
-/// passes them: it raises the boundary to `latest - keep` (durably, so a reopen keeps it) without touching the
-/// index files, and the store still reads as the archive at every version it keeps.
+/// Between prunes, the background pruner compacts the victims an earlier pass chose as soon as the window passes
+/// the version they were chosen at: it raises the boundary to `latest - keep` (durably, so a reopen keeps it)
+/// without touching the index files, and the store still reads as the archive at every version it keeps.
 #[test]
-fn the_pruner_deletes_emptied_value_log_files_between_prunes() {
+fn the_pruner_compacts_value_log_files_between_prunes() {
     let (da, dp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut a = Store::open(da.path(), gc_opts(local())).unwrap();
     let keep = 5;
     let popts = Options {
         keep_versions: Some(keep),
         // No background prune after the first (its index files never outweigh a billion copies of the state),
-        // so no background pass reads victims either: the files deleted here are those the explicit pass
-        // below queued, emptied by the commits that moved their records.
+        // so no background pass chooses victims either: the files compacted here are those the explicit pass
+        // below chose.
         prune_garbage_ratio: 1e9,
         vlog_gc_garbage: 0.2,
         ..gc_opts(local())
@@ -672,39 +695,79 @@ fn the_pruner_deletes_emptied_value_log_files_between_prunes() {
         commit(&mut p, seed, v).unwrap();
     }
     p.prune(keep).unwrap().expect("a first prune");
-    // The first pass after the open walks the state (from here the commits keep the live bytes) and queues
-    // the victims' records.
+    // The first pass after the open walks the state (from here the commits keep the live bytes) and chooses
+    // victims, which wait for the boundary to pass the newest version.
     let r = p.vlog_gc().unwrap();
-    assert!(r.walked && r.moves_queued > 0, "{r:?}");
+    assert!(
+        r.walked && r.victims_chosen > 0 && r.files_compacted == 0,
+        "{r:?}"
+    );
     let (first, prunes) = (p.pruned_below().unwrap(), p.metrics().prunes);
     assert!(first <= 60 - keep, "{first}");
-    let before = p.metrics().vlog_files_deleted;
+    let before = p.metrics().vlog_files_compacted;
     for v in 61..=260 {
         commit(&mut a, seed, v).unwrap();
         commit(&mut p, seed, v).unwrap();
     }
     // The pruner runs beside the commits: wait for the deletions it was woken for.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while p.metrics().vlog_files_deleted == before && std::time::Instant::now() < deadline {
+    while p.metrics().vlog_files_compacted == before && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let m = p.metrics();
-    assert!(m.vlog_files_deleted > before, "{m:?}");
+    assert!(m.vlog_files_compacted > before, "{m:?}");
     assert_eq!(m.prunes, prunes, "no prune ran: {m:?}");
     assert_eq!(m.vlog_gc_errors, 0, "{m:?}");
     let b = p.pruned_below().unwrap();
     assert!(b > first && b <= 260 - keep, "{first} -> {b}");
-    // The files are gone from the directory and the store reads as the archive from the boundary on.
-    let ids = vdls_ids(dp.path());
-    assert!(
-        ids.windows(2).any(|w| w[1] > w[0] + 1) || ids[0] > 1,
-        "{ids:?}"
-    );
+    // The compacted files are in the directory and the store reads as the archive from the boundary on.
+    assert!(vdls_names(dp.path()).iter().any(|n| n.ends_with(".vdc")));
     compare(&a, &p, 260);
     compare_history(&a, &p);
     drop(p);
     let p = Store::open(dp.path(), popts).unwrap();
     assert!(p.pruned_below().unwrap() >= b);
     compare(&a, &p, 260);
+    compare_history(&a, &p);
+}
+
+/// `vlog_gc_all` (what `letus prune --merge` runs): with the boundary at the newest version, every sealed file is
+/// compacted to exactly its live records (its table and header aside) in one pass, whatever its garbage, and the
+/// store still reads as the archive, before and after a reopen.
+#[test]
+fn compacting_everything_leaves_only_live_records_in_sealed_files() {
+    let (da, dp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = Store::open(da.path(), gc_opts(local())).unwrap();
+    let mut p = Store::open(dp.path(), gc_opts(local())).unwrap();
+    let seed = 31;
+    for v in 1..=120 {
+        commit(&mut a, seed, v).unwrap();
+        commit(&mut p, seed, v).unwrap();
+    }
+    p.flush().unwrap();
+    p.prune_merged(0).unwrap().unwrap();
+    assert_eq!(p.pruned_below(), Some(120));
+    let r = p.vlog_gc_all().unwrap();
+    assert!(r.files_compacted > 3, "{r:?}");
+    assert_eq!(r.live_bytes, live_bytes_of(&a), "{r:?}");
+    let (sealed, active) = r.files.split_at(r.files.len() - 1);
+    for f in sealed {
+        assert!(f.compacted || f.retired_at.is_some(), "{f:?}");
+        // A 32-byte header, at most 4 bytes of table per record here (16 KiB files; records of at least 45
+        // bytes) and an 8-byte footer.
+        assert!(
+            f.bytes <= f.live_bytes + f.live_bytes * 4 / 45 + 40,
+            "{f:?}"
+        );
+    }
+    assert!(r.log_bytes <= r.live_bytes * 10 / 9 + active[0].bytes + 40 * sealed.len() as u64);
+    compare(&a, &p, 120);
+    compare_history(&a, &p);
+    // A second pass finds nothing more to do.
+    let again = p.vlog_gc_all().unwrap();
+    assert_eq!(again.files_compacted, 0, "{again:?}");
+    drop(p);
+    let p = Store::open(dp.path(), gc_opts(local())).unwrap();
+    compare(&a, &p, 120);
     compare_history(&a, &p);
 }

@@ -192,13 +192,23 @@ impl Metrics {
         );
         counter(
             "letus_vlog_moved_records_total",
-            "Value records that commits moved out of value-log files GC is emptying",
+            "Live value records that GC copied into compacted value-log files",
             m.vlog_moved_records,
         );
         counter(
             "letus_vlog_moved_bytes_total",
-            "Bytes of the value records moved by GC",
+            "Bytes of the value records copied by GC",
             m.vlog_moved_bytes,
+        );
+        counter(
+            "letus_vlog_compacted_files_total",
+            "Value-log data files compacted by GC",
+            m.vlog_files_compacted,
+        );
+        counter(
+            "letus_vlog_compacted_bytes_reclaimed_total",
+            "Bytes that value-log compactions gave back (size before less size after)",
+            m.vlog_bytes_reclaimed,
         );
         counter(
             "letus_vlog_deleted_files_total",

@@ -331,8 +331,13 @@ impl Node {
         } else {
             reader.prune(keep)?
         };
-        // Then value-log GC: files retired by earlier passes that the boundary has passed are deleted.
-        let gc = reader.vlog_gc()?;
+        // Then value-log GC: files retired by earlier passes that the boundary has passed are deleted; with merge,
+        // every file with garbage is compacted as far as the boundary allows (the least disk).
+        let gc = if merge {
+            reader.vlog_gc_all()?
+        } else {
+            reader.vlog_gc()?
+        };
         Ok(crate::api::PruneResponse {
             pruned: done.is_some(),
             oldest: reader.pruned_below(),

@@ -54,9 +54,9 @@ pub struct ServeArgs {
     /// disk, most pruning work).
     #[arg(long, env = "LETUS_PRUNE_GARBAGE_RATIO")]
     pub prune_garbage_ratio: Option<f64>,
-    /// With --keep-versions: value-log GC moves the live records out of a sealed value-log file once at least
-    /// this fraction of its bytes is garbage, so that the file can be deleted when the versions reading it are
-    /// pruned (default 0.5; 1 moves nothing, and only files with nothing live are deleted).
+    /// With --keep-versions: value-log GC compacts a sealed value-log file to its live records once at least
+    /// this fraction of its bytes is garbage and the versions reading the rest are pruned (default 0.33; 1
+    /// compacts nothing, and only files with nothing live are deleted).
     #[arg(long, env = "LETUS_VLOG_GC_GARBAGE")]
     pub vlog_gc_garbage: Option<f64>,
     /// Keep the raw blocks of only the newest N versions: older block-store segments are deleted whole as the

@@ -192,8 +192,9 @@ pub struct PruneArgs {
     #[arg(long)]
     keep: u64,
     /// Merge every base file into one (a full walk of the state), so that the index files come down to one copy
-    /// of the state's pages: the least disk a prune can leave. Without it, a prune writes only the pages changed
-    /// since the last one.
+    /// of the state's pages, and compact every value-log file with any garbage (with --keep 0 now; with a window,
+    /// once a node has committed past it): the least disk a prune can leave. Without it, a prune writes only the
+    /// pages changed since the last one, and compacts the value-log files at least a third garbage.
     #[arg(long)]
     merge: bool,
     /// Print a machine-readable summary.
@@ -217,12 +218,18 @@ pub fn prune(a: PruneArgs) -> Result<ExitCode, String> {
         .prune_with_progress(a.keep, a.merge, &mut |n| bar.set_position(n));
     bar.finish_and_clear();
     let report = result.map_err(|e| e.to_string())?;
-    // Value-log GC: the first pass retires the files the newest state does not refer to, the second deletes
-    // those the boundary has passed. (Moving live records needs commits: a running node does that.)
+    // Value-log GC: the first pass retires the files the newest state does not refer to and chooses victims, the
+    // second deletes and compacts those the boundary has passed (with --keep 0, all of them; with a window, the
+    // node compacts them once it has committed past it); with --merge, every file with any garbage.
     let gc = store
         .vlog_gc()
         .and_then(|first| {
-            store.vlog_gc().map(|second| {
+            let second = if a.merge {
+                store.vlog_gc_all()
+            } else {
+                store.vlog_gc()
+            };
+            second.map(|second| {
                 (
                     first.files_deleted + second.files_deleted,
                     first.bytes_deleted + second.bytes_deleted,

@@ -297,18 +297,25 @@ fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
         node.wait().unwrap();
     }
     assert!(pruned_seen, "the node never pruned");
-    // Value-log GC deleted files along the way (the ids missing below the newest are the `collected` list's).
+    // Value-log GC deleted files along the way (the ids missing below the newest are the `collected` list's)
+    // and compacted others (`NNNNNN.vdc`).
     let vdls = dir.path().join("state").join("vdls");
-    let ids: Vec<u32> = std::fs::read_dir(&vdls)
+    let names: Vec<String> = std::fs::read_dir(&vdls)
         .unwrap()
-        .filter_map(|e| {
-            let n = e.unwrap().file_name().into_string().unwrap();
-            n.strip_suffix(".vdl").map(|s| s.parse().unwrap())
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let ids: Vec<u32> = names
+        .iter()
+        .filter_map(|n| {
+            n.strip_suffix(".vdl")
+                .or_else(|| n.strip_suffix(".vdc"))
+                .map(|s| s.parse().unwrap())
         })
         .collect();
     let newest = ids.iter().max().copied().unwrap_or(0);
     assert!(
         ids.len() < newest as usize && vdls.join("collected").exists(),
-        "{ids:?}"
+        "{names:?}"
     );
+    assert!(names.iter().any(|n| n.ends_with(".vdc")), "{names:?}");
 }

@@ -751,21 +751,10 @@ impl Store {
         // A record's length does not depend on its link to the key's previous record, so every Put gets its
         // value-log location before the trie is walked: one walk then both builds the new leaves and finds the
         // previous records (a separate lookup walk per key cost as much as the update itself).
-        let mut put_lens: Vec<u32> = staged
+        let put_lens: Vec<u32> = staged
             .iter()
             .filter_map(|(_, (k, v))| v.as_ref().map(|v| put_record_len(k.len(), v.len())))
             .collect();
-        let user_puts = put_lens.len();
-        // Value-log GC's queued moves (vlog_gc.rs): their Puts follow this commit's, their Deletes its Deletes.
-        let moving = self.shared.take_moves(
-            put_lens.iter().map(|&l| u64::from(l)).sum(),
-            &mut staged.keys().copied(),
-            &|tid, path| staged.contains_key(&(tid, *path)),
-        )?;
-        let (moved_puts, moved_deletes): (Vec<_>, Vec<_>) = moving
-            .into_iter()
-            .partition(|m| matches!(m.rec, Record::Put { .. }));
-        put_lens.extend(moved_puts.iter().map(|m| m.from.len));
         let locs = self.vdls.next_locations(&put_lens)?;
         let shared = self.shared.clone();
         let started = Instant::now();
@@ -774,7 +763,7 @@ impl Store {
         let (mut plan, prevs, payload, dir) = {
             let engine = shared.engine();
             let dir = engine.dir.clone();
-            let mut next_loc = locs[..user_puts].iter();
+            let mut next_loc = locs.iter();
             let mut writes: BTreeMap<TrieId, Vec<Write>> = BTreeMap::new();
             for ((tid, path), (_, value)) in &staged {
                 let leaf = match value {
@@ -792,20 +781,6 @@ impl Store {
                     .entry(*tid)
                     .or_default()
                     .push(Write { path: *path, leaf });
-            }
-            // A moved Put points its leaf at the copy: same value, same version, so the same hash.
-            for (m, loc) in moved_puts.iter().zip(&locs[user_puts..]) {
-                if let Record::Put { value, version, .. } = &m.rec {
-                    writes.entry(m.tid).or_default().push(Write {
-                        path: m.path,
-                        leaf: Some(Leaf::new(m.path, value_hash(value), *version, *loc)),
-                    });
-                }
-            }
-            if !moved_puts.is_empty() {
-                for w in writes.values_mut() {
-                    w.sort_by_key(|w| w.path);
-                }
             }
             let plan = engine.plan(version, &writes)?;
             let mut prevs: HashMap<(TrieId, KeyPath), (Location, bool)> = HashMap::new();
@@ -828,12 +803,6 @@ impl Store {
         let mut deletes = Vec::new();
         let mut tombstones = Vec::new();
         let mut expected = locs.into_iter();
-        let moved_bytes: u64 = moved_puts
-            .iter()
-            .chain(&moved_deletes)
-            .map(|m| u64::from(m.from.len))
-            .sum();
-        let moved_records = (moved_puts.len() + moved_deletes.len()) as u64;
         // Value-log GC's accounting (vlog_gc.rs): each record appended is live, each record it replaces (a
         // leaf's or a tombstone's) no longer is.
         let mut live_delta: vlog_gc::LiveDelta = Vec::new();
@@ -879,17 +848,6 @@ impl Store {
                 None => {}
             }
         }
-        for m in &moved_puts {
-            let loc = self.vdls.append_moved(&m.rec, version)?;
-            if expected.next() != Some(loc) {
-                return Err(Error::corrupt(
-                    dir.join("vdls"),
-                    loc.offset,
-                    "a moved value record did not land where the trie leaf points",
-                ));
-            }
-            live(loc, Some(m.from));
-        }
         for (path, rec) in &deletes {
             let loc = self.vdls.append(rec)?;
             if let Record::Delete { tid, .. } = rec {
@@ -897,17 +855,10 @@ impl Store {
             }
             live(loc, rec.prev());
         }
-        for m in &moved_deletes {
-            let loc = self.vdls.append_moved(&m.rec, version)?;
-            tombstones.push((m.tid, m.path, Some(loc)));
-            live(loc, Some(m.from));
-        }
         plan.tombstones = tombstones;
         let work = started.elapsed();
         // Written and fsynced without holding the engine: readers go on.
         let end = self.vdls.commit(version, &payload)?;
-        Counters::add(&self.counters.vlog_moved_records, moved_records);
-        Counters::add(&self.counters.vlog_moved_bytes, moved_bytes);
         // A publish that would start a flush while the previous one is still being written waits for it here,
         // beside readers, instead of under the exclusive lock (backpressure, not unbounded memory).
         while shared.engine().flush_backpressure() {

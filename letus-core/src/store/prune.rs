@@ -583,20 +583,21 @@ impl Pruner {
                         return;
                     };
                     // Nothing is lost when a GC pass fails: a deletion is committed by its list before any
-                    // unlink (FORMAT.md §1.6), and the moves it queued are checked when committed.
+                    // unlink, and a compaction by its rename (FORMAT.md §1.6).
                     let gc = |scan: bool| {
                         let pass = GcPass {
                             garbage: gc_garbage,
                             keep: Some(keep),
                             scan,
+                            refresh: false,
                         };
                         if shared.vlog_gc(pass).is_err() {
                             Counters::add(&shared.engine().counters.vlog_gc_errors, 1);
                         }
                     };
                     if !shared.prune_due(keep, ratio) {
-                        // Between prunes, only value-log files emptied since (by commits or moves) that the
-                        // window has passed: the boundary is raised to let them go.
+                        // Between prunes, only value-log files emptied since, or victims chosen, that the window
+                        // has passed: the boundary is raised to let them go or be compacted.
                         if shared.deletion_due(keep) {
                             gc(false);
                         }

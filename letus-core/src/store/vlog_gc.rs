@@ -1,78 +1,35 @@
 //! Value-log garbage collection: deleting the data files of the value log that no retained version reads, and
-//! moving the live records out of files that are mostly garbage so that those can be deleted too (FORMAT.md
-//! §1.6).
+//! compacting the files that are mostly garbage (FORMAT.md §1.6).
 //!
 //! **Accounting.** GC keeps, per data file, its live records: those the newest state refers to (leaves and
-//! tombstones), as a bitmap with a bit per 32 bytes of the file (no two records start within 32 bytes: the
-//! shortest is 33; so 1/256 of the log's size in memory), and their bytes. The first pass after an open walks
-//! the state once to find them; from then on each commit adjusts them by what it changed (the record a write
-//! replaces stops being live, the record it appends starts), under the engine's exclusive hold while it
+//! tombstones), as a bitmap with a bit per 32 bytes of the file's original offsets (no two records start within
+//! 32 bytes: the shortest is 33; so 1/256 of the log's size in memory), and their bytes. The first pass after an
+//! open walks the state once to find them; from then on each commit adjusts them by what it changed (the record
+//! a write replaces stops being live, the record it appends starts), under the engine's exclusive hold while it
 //! publishes, so they are exact at every version.
 //!
 //! **Retiring and deleting.** A sealed file whose live bytes are zero at a version `v` is retired at `v`, and
 //! deleted once the prune boundary `B` reaches `v` (the background pruner raises `B` to its window for that as
-//! soon as the window passes `v`, [`Shared::raise_boundary`]). Why no read needs it then: a read at a version `x >= B` needs
-//! a record that is the key's state at `x` (a leaf), at `B` (the last entry of a pruned history) or newer than
-//! `B`. The file is sealed, so every record in it is older than `v`; a record that is the state at some `x >= v`
-//! is also the state at `v`, and `v` refers to none of them.
+//! soon as the window passes `v`, [`Shared::raise_boundary`]). Why no read needs it then: a read at a version
+//! `x >= B` needs a record that is the key's state at `x` (a leaf), at `B` (the last entry of a pruned history)
+//! or newer than `B`. The file is sealed, so every record in it is older than `v`; a record that is the state at
+//! some `x >= v` is also the state at `v`, and `v` refers to none of them.
 //!
-//! **Moving.** A sealed file whose garbage is at least [`Options::vlog_gc_garbage`] of its bytes is a victim: a
-//! pass reads it record by record, keeps those whose bit is set (no lookup in the trie: reading a victim takes no
-//! hold of the engine), and queues them; the next
-//! commits copy them to the log's end as *moved* records (the same bytes, version and history link, under another
-//! kind) and point the leaves (or tombstones) at the copies. Nothing hashed changes, so roots stay the same; replay
-//! moves the leaves again from the moved records. The commit that moves a victim's last live record brings it to
-//! zero, which retires it. A queued record was live when read; a commit takes a move only if its bit is still set
-//! and it does not write the key itself, so a queue is never wrong, only partly stale.
+//! **Compacting.** A sealed file whose garbage is at least [`Options::vlog_gc_garbage`] of its record bytes is a
+//! victim: a pass takes a copy of its live bits at the version `s` they stand at. Once `B >= s`, a pass rewrites
+//! the file with only the records those bits name, at new offsets, with a table from their original offsets
+//! (`vdls/compacted.rs`): locations keep naming the original offsets, so no leaf, page or root changes and the
+//! commits do nothing for GC. By the argument above, a record no version `>= s` refers to is read by no version
+//! `>= B`. The bits of a sealed file only ever clear, so the copy taken at `s` names every record needed and a few
+//! that died since (garbage for a later compaction of the same file).
 //!
-//! **Which moves a commit takes.** A move rewrites the pages on its key's path, as a write does; a victim's live
-//! records are spread over the whole state, so moves taken in any order rewrite about one more bottom page each,
-//! and at 1M keys that cost the commits a third of their rate. So a commit first takes the queued moves under the
-//! same depth-4 prefix (the first two path bytes) as one of its own writes: their pages down to depth 4 are
-//! rewritten anyway, and a move there costs its record's copy and at most a small page below. A block of 2,000
-//! writes covers about 3% of the 65,536 prefixes, so most of a queue goes that way within a few dozen commits.
-//! When the neighbours come to less than a quarter of what the commit writes (at least
-//! [`MIN_MOVE_BYTES_PER_COMMIT`]), it takes more in key order, oldest pass first (neighbours of each other, so
-//! they share the upper pages), up to that, so that a victim empties in bounded time whatever the commits write
-//! (a store of small blocks has few neighbours).
-//!
-//! What GC costs: one walk of the state per open, a read of each victim file, and the moves. The state is in
-//! memory only (live records, retired files, the queue): an open starts over from a walk.
+//! What GC costs: one walk of the state per open, and per victim one sequential read of it and one write of its
+//! live records, on the pruner's thread. The state is in memory only (live records, retired files, victims): an
+//! open starts over from a walk.
 
 use std::collections::BTreeSet;
 
 use super::*;
-use crate::vdls::HEADER_LEN;
-
-/// A live record queued to leave a file GC is emptying.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Move {
-    tid: TrieId,
-    path: KeyPath,
-    loc: Location,
-    /// A tombstone's Delete record (else a leaf's Put).
-    delete: bool,
-}
-
-/// A move that is still valid, with the record it copies.
-pub(super) struct Moving {
-    pub(super) tid: TrieId,
-    pub(super) path: KeyPath,
-    pub(super) rec: Record,
-    /// Where the record is now.
-    pub(super) from: Location,
-}
-
-/// A queued move (its key is that of the queue it is in).
-#[derive(Clone, Copy, Debug)]
-struct Queued {
-    loc: Location,
-    delete: bool,
-}
-
-/// The queued moves of each GC pass, by pass ([`GcState::passes`]), each in key order (empty passes are
-/// removed).
-type Queue = BTreeMap<u64, BTreeMap<(TrieId, KeyPath), Queued>>;
 
 /// Changes of the live records: `(record, whether it was added (else it is no longer referred to))`.
 pub(super) type LiveDelta = Vec<(Location, bool)>;
@@ -135,11 +92,15 @@ impl FileLive {
 pub(super) struct GcPass {
     /// [`Options::vlog_gc_garbage`].
     pub(super) garbage: f64,
-    /// The window of the background pruner: the boundary may be raised to it when that lets a retired file go.
+    /// The window of the background pruner: the boundary may be raised to it when that lets a retired file go
+    /// or a victim be compacted.
     pub(super) keep: Option<u64>,
-    /// Whether to walk the state (when its live bytes are not known) and read victims; without, the pass only
-    /// deletes and retires, which costs a few lock holds.
+    /// Whether to walk the state (when its live bytes are not known) and choose victims; without, the pass only
+    /// deletes, retires and compacts the victims chosen before.
     pub(super) scan: bool,
+    /// Whether victims chosen before are chosen again at the newest version when the boundary has passed it (so
+    /// that they are compacted to what is live now, not then): for the least disk ([`Store::vlog_gc_all`]).
+    pub(super) refresh: bool,
 }
 
 impl GcPass {
@@ -149,6 +110,16 @@ impl GcPass {
             garbage,
             keep: None,
             scan: true,
+            refresh: false,
+        }
+    }
+
+    /// Every sealed file with any garbage is a victim, compacted at once if the boundary allows.
+    pub(super) fn all() -> GcPass {
+        GcPass {
+            garbage: f64::MIN_POSITIVE,
+            refresh: true,
+            ..GcPass::full(0.0)
         }
     }
 }
@@ -162,12 +133,8 @@ pub(super) struct GcState {
     walking: Option<(Version, Vec<(Version, LiveDelta)>)>,
     /// Data files the state did not refer to at the version given: deleted once it is pruned.
     retired: BTreeMap<u32, Version>,
-    /// Victims already read and queued (not chosen again).
-    scanned: BTreeSet<u32>,
-    /// Records waiting to be moved by the next commits.
-    moves: Queue,
-    /// Passes that queued moves.
-    passes: u64,
+    /// Victims: their live records at the version given, compacted to those once it is pruned.
+    victims: BTreeMap<u32, (Version, FileLive)>,
 }
 
 impl GcState {
@@ -185,7 +152,7 @@ pub struct GcReport {
     pub walked: bool,
     /// The version the live bytes are exact at.
     pub version: Version,
-    /// Committed bytes of every data file.
+    /// Bytes on disk of every data file.
     pub log_bytes: u64,
     /// Of those, the record bytes that version refers to.
     pub live_bytes: u64,
@@ -195,10 +162,17 @@ pub struct GcReport {
     pub bytes_deleted: u64,
     /// Files waiting for the prune boundary to reach their retirement version.
     pub files_retired: u64,
-    /// Victim files read by this pass.
-    pub files_scanned: u64,
-    /// Records queued for moving by this pass.
-    pub moves_queued: u64,
+    /// Files this pass chose to compact (compacted by a pass once the boundary reaches the version they were
+    /// chosen at).
+    pub victims_chosen: u64,
+    /// Files waiting for the boundary to be compacted.
+    pub victims_waiting: u64,
+    /// Files this pass compacted.
+    pub files_compacted: u64,
+    /// Bytes those compactions gave back (size before less size after).
+    pub bytes_reclaimed: u64,
+    /// Live record bytes they copied.
+    pub bytes_copied: u64,
     /// Every data file as this pass left it, by id (the last is the active one).
     pub files: Vec<VlogFileStatus>,
 }
@@ -206,25 +180,25 @@ pub struct GcReport {
 /// One value-log data file, as a GC pass saw it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VlogFileStatus {
-    /// Its id (`vdls/NNNNNN.vdl`).
+    /// Its id (`vdls/NNNNNN.vdl`, or `NNNNNN.vdc` once compacted).
     pub id: u32,
-    /// Committed bytes, header included.
+    /// Bytes on disk.
     pub bytes: u64,
     /// Record bytes the newest state refers to.
     pub live_bytes: u64,
     /// The version it was retired at (nothing live since), waiting for the boundary to reach it.
     pub retired_at: Option<Version>,
-    /// Whether its live records have been queued for moving (a victim).
+    /// Whether it is a victim waiting for the boundary to be compacted.
     pub victim: bool,
+    /// Whether it has been compacted.
+    pub compacted: bool,
 }
 
-/// The most records one pass queues (about 40 bytes of memory each); the rest wait for a later pass.
-const MAX_MOVES_PER_PASS: usize = 1 << 18;
-/// Leaves an accounting walk, and records a victim scan, check per hold of the engine.
+/// Leaves an accounting walk checks per hold of the engine.
 const PER_HOLD: usize = 4096;
-/// The least record bytes a commit moves when moves are waiting (see the module); otherwise it moves at most
-/// twice what it writes (neighbours), and a quarter of it in any order.
-const MIN_MOVE_BYTES_PER_COMMIT: u64 = 64 << 10;
+/// The most bytes of victims one pass compacts (the rest wait for the next pass, so that a prune never waits
+/// long for the pruner's thread).
+const MAX_COMPACT_BYTES_PER_PASS: u64 = 256 << 20;
 
 impl View<'_> {
     /// Up to `max` leaves of trie `tid` at this view's version above `after`, in path order.
@@ -327,8 +301,8 @@ impl Shared {
     }
 
     /// One GC pass (see the module): delete the retired files the boundary has passed; find the live bytes (a
-    /// walk, the first time after an open); retire the sealed files with none; and, when no move is queued, read
-    /// victims and queue their live records.
+    /// walk, the first time after an open); retire the sealed files with none; choose victims; and compact the
+    /// victims the boundary has passed.
     pub(super) fn vlog_gc(&self, pass: GcPass) -> Result<GcReport> {
         let held = self
             .maintenance
@@ -359,7 +333,7 @@ impl Shared {
             report.files_deleted = due.len() as u64;
             let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
             st.retired.retain(|id, _| !due.contains(id));
-            st.scanned.retain(|id| !due.contains(id));
+            st.victims.retain(|id, _| !due.contains(id));
             if let Some((_, map)) = &mut st.live {
                 map.retain(|id, _| !due.contains(id));
             }
@@ -383,236 +357,119 @@ impl Shared {
         Counters::add(&counters.vlog_gc_passes, 1);
 
         // 3. Retire the sealed files with nothing live; choose the victims.
-        let files = self.vdls.file_lengths();
-        let active = files.last().map_or(0, |(id, _)| *id);
-        let mut victims: Vec<(u64, u32)> = Vec::new();
-        let queue_room = {
-            let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
-            let GcState {
-                live,
-                retired,
-                scanned,
-                moves,
-                ..
-            } = &mut *st;
-            let Some((version, map)) = live.as_ref() else {
-                return Ok(report);
-            };
-            report.version = *version;
-            report.log_bytes = files.iter().map(|(_, len)| len).sum();
-            report.live_bytes = map.values().map(|f| f.bytes).sum();
-            for &(id, len) in files.iter().filter(|(id, _)| *id != active) {
-                let total = len.saturating_sub(HEADER_LEN);
-                let l = map.get(&id).map_or(0, |f| f.bytes);
-                if l == 0 {
-                    retired.entry(id).or_insert(*version);
-                } else if pass.garbage < 1.0
-                    && !scanned.contains(&id)
-                    && total.saturating_sub(l) as f64 >= pass.garbage * total as f64
-                {
-                    victims.push((total.saturating_sub(l), id));
-                }
-            }
-            report.files_retired = retired.len() as u64;
-            report.files = files
+        self.retire_and_choose(pass, boundary, &mut report);
+
+        // 4. Compact the victims the boundary has passed, most garbage first.
+        let ready: Vec<(u32, FileLive)> = {
+            let st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+            st.victims
                 .iter()
-                .map(|&(id, bytes)| VlogFileStatus {
-                    id,
-                    bytes,
-                    live_bytes: map.get(&id).map_or(0, |f| f.bytes),
-                    retired_at: retired.get(&id).copied(),
-                    victim: scanned.contains(&id),
-                })
-                .collect();
-            moves.values().map(BTreeMap::len).sum::<usize>() < MAX_MOVES_PER_PASS
+                .filter(|(_, (v, _))| boundary.is_some_and(|b| b >= *v))
+                .map(|(id, (_, bits))| (*id, bits.clone()))
+                .collect()
         };
-        if !pass.scan || !queue_room || victims.is_empty() {
-            return Ok(report);
-        }
-        // 4. Read the victims, most garbage first, and queue their live records. A victim is sealed, so its bits
-        // only ever clear: a copy taken now can only call live a record that a commit has replaced since, and a
-        // commit checks the bit again before it moves one.
-        victims.sort_unstable_by(|a, b| b.cmp(a));
-        let mut queued: Vec<Move> = Vec::new();
-        let mut scanned = Vec::new();
-        for (_, id) in victims {
-            if queued.len() >= MAX_MOVES_PER_PASS {
+        let mut budget = MAX_COMPACT_BYTES_PER_PASS;
+        for (id, bits) in ready {
+            if budget == 0 {
                 break;
             }
-            let bits = {
-                let st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
-                match st.live.as_ref().and_then(|(_, m)| m.get(&id)) {
-                    Some(f) => f.clone(),
-                    None => continue,
-                }
-            };
-            self.vdls.scan_file(id, &mut |loc, rec| {
-                if !bits.is_live(loc.offset) {
-                    return Ok(());
-                }
-                let (tid, key, delete) = match rec {
-                    Record::Put { tid, key, .. } => (*tid, key, false),
-                    Record::Delete { tid, key, .. } => (*tid, key, true),
-                    Record::Commit { .. } => return Ok(()),
-                };
-                queued.push(Move {
-                    tid,
-                    path: KeyPath::of(key),
-                    loc,
-                    delete,
-                });
-                Ok(())
-            })?;
-            scanned.push(id);
+            let c = self
+                .vdls
+                .compact(id, &|offset| bits.is_live(offset), bits.bytes)?;
+            budget = budget.saturating_sub(c.before);
+            report.files_compacted += 1;
+            report.bytes_reclaimed += c.before.saturating_sub(c.after);
+            report.bytes_copied += c.copied;
+            Counters::add(&counters.vlog_files_compacted, 1);
+            Counters::add(
+                &counters.vlog_bytes_reclaimed,
+                c.before.saturating_sub(c.after),
+            );
+            Counters::add(&counters.vlog_moved_records, c.records);
+            Counters::add(&counters.vlog_moved_bytes, c.copied);
+            self.gc
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .victims
+                .remove(&id);
         }
-        report.files_scanned = scanned.len() as u64;
-        report.moves_queued = queued.len() as u64;
-        let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
-        st.scanned.extend(scanned);
-        if !queued.is_empty() {
-            st.passes += 1;
-            let at = st.passes;
-            st.moves
-                .entry(at)
-                .or_default()
-                .extend(queued.into_iter().map(|m| {
-                    (
-                        (m.tid, m.path),
-                        Queued {
-                            loc: m.loc,
-                            delete: m.delete,
-                        },
-                    )
-                }));
+        if report.files_compacted > 0 {
+            self.retire_and_choose(
+                GcPass {
+                    garbage: 1.0,
+                    refresh: false,
+                    ..pass
+                },
+                boundary,
+                &mut report,
+            );
         }
         Ok(report)
     }
 
-    /// Whether a retired file waits for a boundary that the window `keep` allows (see
+    /// Retires the sealed files with nothing live, chooses victims (unless `pass.garbage >= 1` or the pass does
+    /// not scan), and fills in the report's figures and file list.
+    fn retire_and_choose(&self, pass: GcPass, boundary: Option<Version>, report: &mut GcReport) {
+        let files = self.vdls.file_sizes();
+        let active = files.last().map_or(0, |f| f.id);
+        let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+        let GcState {
+            live,
+            retired,
+            victims,
+            ..
+        } = &mut *st;
+        let Some((version, map)) = live.as_ref() else {
+            return;
+        };
+        report.version = *version;
+        let refresh = pass.refresh && boundary.is_some_and(|b| b >= *version);
+        report.log_bytes = files.iter().map(|f| f.bytes).sum();
+        report.live_bytes = map.values().map(|f| f.bytes).sum();
+        for f in files.iter().filter(|f| f.id != active) {
+            let live_here = map.get(&f.id);
+            let l = live_here.map_or(0, |f| f.bytes);
+            if l == 0 {
+                retired.entry(f.id).or_insert(*version);
+                victims.remove(&f.id);
+            } else if pass.scan
+                && pass.garbage < 1.0
+                && (refresh || !victims.contains_key(&f.id))
+                && f.records.saturating_sub(l) as f64 >= pass.garbage * f.records as f64
+            {
+                victims.insert(f.id, (*version, live_here.cloned().unwrap_or_default()));
+                report.victims_chosen += 1;
+            }
+        }
+        report.files_retired = retired.len() as u64;
+        report.victims_waiting = victims.len() as u64;
+        report.files = files
+            .iter()
+            .map(|f| VlogFileStatus {
+                id: f.id,
+                bytes: f.bytes,
+                live_bytes: map.get(&f.id).map_or(0, |l| l.bytes),
+                retired_at: retired.get(&f.id).copied(),
+                victim: victims.contains_key(&f.id),
+                compacted: f.compacted,
+            })
+            .collect();
+    }
+
+    /// Whether a retired file or a victim waits for a boundary that the window `keep` allows (see
     /// [`Shared::raise_boundary`]): cheap enough for the pruner to ask after every commit.
     pub(super) fn deletion_due(&self, keep: u64) -> bool {
         let Some(target) = self.engine().window_boundary(keep) else {
             return false;
         };
         let st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
-        st.retired.values().any(|v| *v <= target)
-    }
-
-    /// The queued moves a commit that puts `put_bytes` of records and writes the keys `writes` (in key order)
-    /// takes (see the module), minus those no longer valid (the key was committed since it was checked, or is
-    /// written by this commit, per `staged`), with the records they copy.
-    pub(super) fn take_moves(
-        &self,
-        put_bytes: u64,
-        writes: &mut dyn Iterator<Item = (TrieId, KeyPath)>,
-        staged: &dyn Fn(TrieId, &KeyPath) -> bool,
-    ) -> Result<Vec<Moving>> {
-        let valid: Vec<Move> = {
-            let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
-            if st.moves.is_empty() {
-                return Ok(Vec::new());
-            }
-            let GcState { moves, live, .. } = &mut *st;
-            let mut taken: Vec<Move> = Vec::new();
-            let take = |q: &mut BTreeMap<(TrieId, KeyPath), Queued>,
-                        k: (TrieId, KeyPath),
-                        taken: &mut Vec<Move>|
-             -> u64 {
-                match q.remove(&k) {
-                    Some(m) => {
-                        taken.push(Move {
-                            tid: k.0,
-                            path: k.1,
-                            loc: m.loc,
-                            delete: m.delete,
-                        });
-                        u64::from(m.loc.len)
-                    }
-                    None => 0,
-                }
-            };
-            // 1. The neighbours of this commit's writes: under the same depth-4 prefix.
-            let near_budget = put_bytes.saturating_mul(2).max(MIN_MOVE_BYTES_PER_COMMIT);
-            let mut bytes = 0u64;
-            let mut last: Option<(TrieId, [u8; 2])> = None;
-            for (tid, path) in writes {
-                if bytes >= near_budget {
-                    break;
-                }
-                let prefix = [path.0[0], path.0[1]];
-                if last == Some((tid, prefix)) {
-                    continue;
-                }
-                last = Some((tid, prefix));
-                let (mut lo, mut hi) = ([0u8; 32], [0xffu8; 32]);
-                lo[..2].copy_from_slice(&prefix);
-                hi[..2].copy_from_slice(&prefix);
-                let range = (tid, KeyPath(lo))..=(tid, KeyPath(hi));
-                for q in moves.values_mut() {
-                    while bytes < near_budget {
-                        let Some(k) = q.range(range.clone()).next().map(|(k, _)| *k) else {
-                            break;
-                        };
-                        bytes += take(q, k, &mut taken);
-                    }
-                }
-            }
-            // 2. Up to a quarter of what it writes in all, in key order, oldest pass first.
-            let far_budget = (put_bytes / 4).max(MIN_MOVE_BYTES_PER_COMMIT);
-            for q in moves.values_mut() {
-                while bytes < far_budget {
-                    let Some(k) = q.keys().next().copied() else {
-                        break;
-                    };
-                    bytes += take(q, k, &mut taken);
-                }
-            }
-            moves.retain(|_, q| !q.is_empty());
-            // Still live (not replaced since it was read: the bits are exact as of the last commit), and not
-            // written by this commit.
-            let map = live.as_ref().map(|(_, map)| map);
-            taken
-                .into_iter()
-                .filter(|m| {
-                    map.and_then(|map| map.get(&m.loc.file_id))
-                        .is_some_and(|f| f.is_live(m.loc.offset))
-                        && !staged(m.tid, &m.path)
-                })
-                .collect()
-        };
-        let mut out = Vec::with_capacity(valid.len());
-        for m in valid {
-            let rec = self.vdls.read(m.loc)?;
-            let fits = match &rec {
-                Record::Put { tid, key, .. } => {
-                    !m.delete && *tid == m.tid && KeyPath::of(key) == m.path
-                }
-                Record::Delete { tid, key, .. } => {
-                    m.delete && *tid == m.tid && KeyPath::of(key) == m.path
-                }
-                Record::Commit { .. } => false,
-            };
-            if !fits {
-                return Err(Error::corrupt(
-                    self.engine_dir_vdls(),
-                    m.loc.offset,
-                    "a leaf's value record is of another key",
-                ));
-            }
-            out.push(Moving {
-                tid: m.tid,
-                path: m.path,
-                rec,
-                from: m.loc,
-            });
-        }
-        Ok(out)
+        st.retired.values().any(|v| *v <= target) || st.victims.values().any(|(v, _)| *v <= target)
     }
 
     /// Called by the writer while it holds the engine exclusively to publish `version` (durable by then), with
     /// the records the commit made live or replaced: the live records advance to `version`, and a sealed file
     /// (below `active`) they bring to zero is retired at it. If they ever disagree with a change (a record replaced
-    /// that was not live: a bug), they are dropped, with the queued moves, and the next pass walks again.
+    /// that was not live: a bug), they are dropped, with the victims, and the next pass walks again.
     pub(super) fn gc_committed(&self, version: Version, active: u32, delta: LiveDelta) {
         if delta.is_empty() {
             return;
@@ -647,7 +504,7 @@ impl Shared {
         }
         if dropped {
             st.live = None;
-            st.moves.clear();
+            st.victims.clear();
         }
     }
 }
@@ -656,12 +513,20 @@ impl Store {
     /// Runs one value-log GC pass now (the background pruner of [`Options::keep_versions`] runs one after each
     /// prune): deletes the value-log files retired earlier that the prune boundary
     /// has passed, reports the live bytes of the value log (a walk of the state the first time after an open),
-    /// retires the sealed files with none, and queues the live records of files at least
-    /// [`Options::vlog_gc_garbage`] garbage for the next commits to move. See the module docs
+    /// retires the sealed files with none, chooses the files at least [`Options::vlog_gc_garbage`] garbage as
+    /// victims, and compacts the victims chosen at a version the boundary has passed. See the module docs
     /// (`store/vlog_gc.rs`) and FORMAT.md §1.6.
     pub fn vlog_gc(&self) -> Result<GcReport> {
         self.shared
             .vlog_gc(GcPass::full(self.limits.vlog_gc_garbage))
+    }
+
+    /// [`Store::vlog_gc`] for the least disk (what `letus prune --merge` runs after the merge): every sealed file
+    /// with any garbage is a victim, and when the prune boundary is at the newest version (a prune keeping only
+    /// the latest, on a flushed store) each is compacted now to exactly the records live; with a window they are
+    /// compacted once the boundary passes this version.
+    pub fn vlog_gc_all(&self) -> Result<GcReport> {
+        self.shared.vlog_gc(GcPass::all())
     }
 }
 
@@ -670,6 +535,11 @@ impl Reader {
     pub fn vlog_gc(&self) -> Result<GcReport> {
         let garbage = self.shared.engine().opts.vlog_gc_garbage;
         self.shared.vlog_gc(GcPass::full(garbage))
+    }
+
+    /// [`Store::vlog_gc_all`] from a reader handle.
+    pub fn vlog_gc_all(&self) -> Result<GcReport> {
+        self.shared.vlog_gc(GcPass::all())
     }
 }
 

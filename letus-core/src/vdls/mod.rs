@@ -9,7 +9,8 @@
 //!
 //! Invariants (relied on by recovery, see `recovery.rs`):
 //! - data files are `NNNNNN.vdl` with ids contiguous from 1, except for the ids of files value-log GC deleted,
-//!   which `collected` lists (`collected.rs`); only the last one is ever written to;
+//!   which `collected` lists (`collected.rs`); only the last one is ever written to; a sealed file GC compacted
+//!   is `NNNNNN.vdc` instead (`compacted.rs`), read through its table of original offsets;
 //! - a commit group (records + Commit record) never spans two files;
 //! - a data file is complete and fsynced before the next one is created, and the next one's header records its
 //!   final length;
@@ -17,6 +18,7 @@
 //!   recovery truncation is fsynced before any new append).
 
 pub(crate) mod collected;
+pub(crate) mod compacted;
 pub(crate) mod record;
 mod recovery;
 #[cfg(test)]
@@ -163,7 +165,10 @@ struct DataFile {
     id: u32,
     path: PathBuf,
     file: FileRef,
+    /// Committed length (of the original file, for a compacted one: what locations are checked against).
     len: u64,
+    /// A compacted file's table and size on disk.
+    compacted: Option<(Arc<compacted::Remap>, u64)>,
 }
 
 /// The uncommitted group being buffered.
@@ -194,12 +199,34 @@ struct SharedFile {
     path: PathBuf,
     file: FileRef,
     len: AtomicU64,
+    /// A compacted file's table and size on disk (its `len` is the original file's).
+    compacted: Option<(Arc<compacted::Remap>, u64)>,
 }
 
 impl SharedFile {
     fn len(&self) -> u64 {
         self.len.load(Ordering::Acquire)
     }
+
+    /// Bytes on disk.
+    fn bytes(&self) -> u64 {
+        self.compacted.as_ref().map_or_else(|| self.len(), |c| c.1)
+    }
+}
+
+/// One data file's sizes, as [`VdlsReader::file_sizes`] reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileSize {
+    /// The data file id.
+    pub id: u32,
+    /// Committed length of the data file as written (a compacted file's original length).
+    pub len: u64,
+    /// Bytes of records that may be live: after the header, or a compacted file's kept records.
+    pub records: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// Whether GC compacted it.
+    pub compacted: bool,
 }
 
 /// The read side of the log, shared by the writer and every reader (`Clone` is cheap). Reads `pread` committed
@@ -217,6 +244,22 @@ pub struct VdlsReader {
     collected: Arc<RwLock<BTreeSet<u32>>>,
     /// Held by a deletion from start to end (two deletions never interleave).
     deleting: Arc<std::sync::Mutex<()>>,
+}
+
+/// What [`VdlsReader::scan_raw`] calls with each record: its location, its decoding and its bytes.
+type RawVisit<'a> = dyn FnMut(Location, record::Decoded, &[u8]) -> Result<()> + 'a;
+
+/// What [`VdlsReader::compact`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Compaction {
+    /// Bytes on disk of the file before.
+    pub before: u64,
+    /// And after.
+    pub after: u64,
+    /// Records copied.
+    pub records: u64,
+    /// Their bytes.
+    pub copied: u64,
 }
 
 /// The log. Appends and commits take `&mut self` (one writer); reads go through [`Vdls::reader`], which any
@@ -280,8 +323,28 @@ impl VdlsReader {
                 ),
             ));
         }
+        // A compacted file keeps the records at their original offsets in name only.
+        let at = match &f.compacted {
+            None => loc.offset,
+            Some((remap, _)) => match remap.find(loc.offset) {
+                Some(e) if e.len == loc.len => e.at,
+                Some(_) => {
+                    return Err(Error::corrupt(
+                        &f.path,
+                        loc.offset,
+                        "location length differs from the kept record's",
+                    ))
+                }
+                // Not kept: no retained version reads it (a read below the prune boundary that raced GC).
+                None => {
+                    return Err(Error::Collected {
+                        file_id: loc.file_id,
+                    })
+                }
+            },
+        };
         let mut buf = vec![0u8; len];
-        fsutil::read_exact_at(&*f.file, &f.path, &mut buf, loc.offset)?;
+        fsutil::read_exact_at(&*f.file, &f.path, &mut buf, at)?;
         Counters::add(&self.counters.value_reads, 1);
         Counters::add(&self.counters.bytes_read, len as u64);
         match record::decode(&buf, loc.file_id, loc.offset) {
@@ -299,7 +362,7 @@ impl VdlsReader {
 
     /// Total bytes of all data files (committed part).
     pub fn disk_bytes(&self) -> u64 {
-        self.files().iter().map(|f| f.len()).sum()
+        self.files().iter().map(|f| f.bytes()).sum()
     }
 
     /// Walks a key's history backwards from `loc`: the record at `loc`, then its prev, and so on, at most `limit`
@@ -379,29 +442,58 @@ impl VdlsReader {
     }
 
     /// Calls `f` with every Put and Delete record of sealed data file `id` (moved ones included), in file order,
-    /// reading it a MiB at a time. Any damage is [`Error::Corrupt`]: a sealed file is complete.
+    /// reading it a MiB at a time; a compacted file's kept records, at their original locations. Any damage is
+    /// [`Error::Corrupt`]: a sealed file is complete.
     pub fn scan_file(
         &self,
         id: u32,
         f: &mut dyn FnMut(Location, &Record) -> Result<()>,
     ) -> Result<()> {
+        self.scan_raw(id, &mut |loc, d, _| {
+            if d.group.is_none() {
+                f(loc, &d.rec)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// [`VdlsReader::scan_file`] with the decoded records (Commit records included) and their bytes.
+    fn scan_raw(&self, id: u32, f: &mut RawVisit<'_>) -> Result<()> {
         let file = self.file(id, HEADER_LEN)?;
+        if let Some((remap, size)) = &file.compacted {
+            let mut r = recovery::Reader::new(&*file.file, &file.path, *size, &self.counters);
+            for e in remap.entries() {
+                let bytes = r.get(e.at, e.len as usize)?;
+                match record::decode(bytes, id, e.original) {
+                    Ok(d) => f(
+                        Location {
+                            file_id: id,
+                            offset: e.original,
+                            len: e.len,
+                        },
+                        d,
+                        bytes,
+                    )?,
+                    Err(record::DecodeError::Damaged(w) | record::DecodeError::Malformed(w)) => {
+                        return Err(Error::corrupt(&file.path, e.at, w))
+                    }
+                }
+            }
+            return Ok(());
+        }
         let len = file.len();
         let mut r = recovery::Reader::new(&*file.file, &file.path, len, &self.counters);
         let mut o = HEADER_LEN;
         while o < len {
             match recovery::next_record(&mut r, id, o)? {
                 recovery::Step::Record(d, n) => {
-                    if d.group.is_none() {
-                        f(
-                            Location {
-                                file_id: id,
-                                offset: o,
-                                len: n,
-                            },
-                            &d.rec,
-                        )?;
-                    }
+                    let loc = Location {
+                        file_id: id,
+                        offset: o,
+                        len: n,
+                    };
+                    let bytes = r.get(o, n as usize)?;
+                    f(loc, d, bytes)?;
                     o += u64::from(n);
                 }
                 recovery::Step::Damaged(why) => return Err(Error::corrupt(&file.path, o, why)),
@@ -410,9 +502,144 @@ impl VdlsReader {
         Ok(())
     }
 
-    /// `(id, committed length)` of every data file, ascending; the last one is the active file.
-    pub fn file_lengths(&self) -> Vec<(u32, u64)> {
-        self.files().iter().map(|f| (f.id, f.len())).collect()
+    /// Compacts sealed data file `id` (FORMAT.md §1.6): writes `NNNNNN.vdc` with the Put and Delete records whose
+    /// original offset `keep` accepts, which must come to `live_bytes` (the caller's accounting: a difference is
+    /// [`Error::Corrupt`] and nothing changes), puts it in the file list in place of the file, and removes the
+    /// old file. Only the kept records are decoded and checked; the others are skipped by their length fields
+    /// (a damaged one would lose the count). The caller guarantees that no retained version reads a record
+    /// `keep` refuses. Returns the bytes on disk before and after, and the records and bytes copied.
+    pub fn compact(
+        &self,
+        id: u32,
+        keep: &dyn Fn(u64) -> bool,
+        live_bytes: u64,
+    ) -> Result<Compaction> {
+        let _one_at_a_time = self
+            .deleting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = {
+            let files = self.files();
+            if files.last().is_some_and(|f| f.id == id) {
+                return Err(invalid(
+                    &self.dir,
+                    "the active data file cannot be compacted",
+                ));
+            }
+            match files.binary_search_by_key(&id, |f| f.id) {
+                Ok(i) => files[i].clone(),
+                Err(_) => return Err(invalid(&self.dir, "no such data file to compact")),
+            }
+        };
+        let mut kept: Vec<(u64, u32)> = Vec::new();
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut take = |original: u64, rec: &[u8], at: u64| -> Result<()> {
+            match record::decode(rec, id, original) {
+                Ok(d) if d.group.is_none() => {
+                    kept.push((original, rec.len() as u32));
+                    bytes.extend_from_slice(rec);
+                    Ok(())
+                }
+                Ok(_) => Err(Error::corrupt(
+                    &old.path,
+                    at,
+                    "GC's live records name a commit record",
+                )),
+                Err(record::DecodeError::Damaged(w) | record::DecodeError::Malformed(w)) => {
+                    Err(Error::corrupt(&old.path, at, w))
+                }
+            }
+        };
+        match &old.compacted {
+            Some((remap, size)) => {
+                let mut r = recovery::Reader::new(&*old.file, &old.path, *size, &self.counters);
+                for e in remap.entries().iter().filter(|e| keep(e.original)) {
+                    take(e.original, r.get(e.at, e.len as usize)?, e.at)?;
+                }
+            }
+            None => {
+                let len = old.len();
+                let mut r = recovery::Reader::new(&*old.file, &old.path, len, &self.counters);
+                let mut o = HEADER_LEN;
+                while o < len {
+                    let n = if len - o >= record::PREFIX_LEN as u64 {
+                        record::prefix_len(r.get(o, record::PREFIX_LEN)?).unwrap_or(0)
+                    } else {
+                        0
+                    };
+                    if !record::len_in_bounds(n) || n as u64 > len - o {
+                        return Err(Error::corrupt(
+                            &old.path,
+                            o,
+                            "record length out of bounds in a sealed data file",
+                        ));
+                    }
+                    if keep(o) {
+                        take(o, r.get(o, n)?, o)?;
+                    }
+                    o += n as u64;
+                }
+            }
+        }
+        let copied = bytes.len() as u64;
+        if copied != live_bytes {
+            return Err(Error::corrupt(
+                &old.path,
+                0,
+                format!(
+                    "the records GC keeps come to {copied} bytes, but {live_bytes} are live: not compacted"
+                ),
+            ));
+        }
+        let records = kept.len() as u64;
+        let (file, remap, bytes) =
+            compacted::write(&*self.fs, &self.dir, id, old.len(), &kept, &bytes)?;
+        Counters::add(&self.counters.bytes_written, bytes);
+        let new = Arc::new(SharedFile {
+            id,
+            path: compacted::path(&self.dir, id),
+            file,
+            len: AtomicU64::new(old.len()),
+            compacted: Some((Arc::new(remap), bytes)),
+        });
+        {
+            let mut files = self
+                .files
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Ok(i) = files.binary_search_by_key(&id, |f| f.id) {
+                files[i] = new;
+            }
+        }
+        // Reads that looked the old file up keep their handle; the name goes now (a crash before this leaves
+        // both names, and `open` keeps the compacted one).
+        if old.compacted.is_none() {
+            fsutil::remove_file(&*self.fs, &old.path)?;
+            fsutil::sync_dir(&*self.fs, &self.dir)?;
+        }
+        Ok(Compaction {
+            before: old.bytes(),
+            after: bytes,
+            records,
+            copied,
+        })
+    }
+
+    /// The sizes of every data file, ascending by id; the last one is the active file.
+    pub fn file_sizes(&self) -> Vec<FileSize> {
+        self.files()
+            .iter()
+            .map(|f| FileSize {
+                id: f.id,
+                len: f.len(),
+                records: f.compacted.as_ref().map_or_else(
+                    || f.len().saturating_sub(HEADER_LEN),
+                    |(r, _)| r.record_bytes(),
+                ),
+                bytes: f.bytes(),
+                compacted: f.compacted.is_some(),
+            })
+            .collect()
     }
 
     /// Deletes data files `ids` (none of them the active file). They are added to the `collected` list, which is
@@ -462,7 +689,7 @@ impl VdlsReader {
         }
         let mut bytes = 0;
         for f in &doomed {
-            bytes += f.len();
+            bytes += f.bytes();
             fsutil::remove_file(&*self.fs, &f.path)?;
         }
         fsutil::sync_dir(&*self.fs, &self.dir)?;
@@ -545,9 +772,10 @@ impl Vdls {
         self.append_update(rec, version, false)
     }
 
-    /// Buffers a moved copy of `rec` (a Put or Delete of an earlier version, found in a file GC is emptying) in
-    /// the group of `version`: the same bytes under the moved kind, its version and prev unchanged, so history
-    /// reads it as the original. Returns where it will be once committed.
+    /// Buffers a moved copy of `rec` (a Put or Delete of an earlier version) in the group of `version`: the same
+    /// bytes under the moved kind, its version and prev unchanged, so history reads it as the original. Returns
+    /// where it will be once committed. Value-log GC of builds before format 8 wrote these; this build compacts
+    /// files instead (`compacted.rs`) and only replays them, so this is kept for writing such logs in tests.
     pub fn append_moved(&mut self, rec: &Record, version: u64) -> Result<Location> {
         if rec.version() >= version {
             return Err(invalid(
@@ -856,6 +1084,7 @@ fn create_data_file(
         path,
         file,
         len: HEADER_LEN,
+        compacted: None,
     })
 }
 
@@ -866,6 +1095,7 @@ impl DataFile {
             path: self.path,
             file: self.file,
             len: AtomicU64::new(self.len),
+            compacted: self.compacted,
         }
     }
 }

@@ -54,11 +54,23 @@ pub(crate) fn recover(
     let mut prev_lens = Vec::with_capacity(n);
     let mut torn_last = false;
     for (i, f) in files.iter().enumerate() {
+        if f.compacted.is_some() {
+            // Checked when opened; it records no predecessor length (and is never the active file).
+            if i + 1 == n {
+                return Err(Error::corrupt(
+                    &f.path,
+                    0,
+                    "the newest data file is a compacted one (only sealed files are compacted)",
+                ));
+            }
+            prev_lens.push(None);
+            continue;
+        }
         let mut hb = vec![0u8; f.len.min(HEADER_LEN) as usize];
         fsutil::read_exact_at(&*f.file, &f.path, &mut hb, 0)?;
         Counters::add(&counters.bytes_read, hb.len() as u64);
         match record::decode_header(&hb) {
-            Ok(h) if h.file_id == f.id => prev_lens.push(h.prev_file_len),
+            Ok(h) if h.file_id == f.id => prev_lens.push(Some(h.prev_file_len)),
             Ok(h) => {
                 return Err(Error::corrupt(
                     &f.path,
@@ -112,7 +124,9 @@ pub(crate) fn recover(
             None if f.id == 1 => 0,
             None => continue,
         };
-        let recorded = prev_lens.get(i).copied().unwrap_or(0);
+        let Some(recorded) = prev_lens.get(i).copied().unwrap_or(Some(0)) else {
+            continue;
+        };
         if recorded != expected {
             let (path, off) = match i.checked_sub(1).and_then(|p| files.get(p)) {
                 Some(p) => (&p.path, p.len.min(recorded)),
@@ -176,6 +190,18 @@ pub(crate) fn recover(
         } else {
             HEADER_LEN
         };
+        if f.compacted.is_some() {
+            // Compacted only once every commit group in it was below the prune boundary, so in index files:
+            // replay starts at its end at the earliest.
+            if o != f.len {
+                return Err(Error::corrupt(
+                    &f.path,
+                    o,
+                    "replay would start inside a compacted data file",
+                ));
+            }
+            continue;
+        }
         let mut group_start = o;
         let mut r = Reader::new(&*f.file, &f.path, f.len, counters);
         while o < f.len {
@@ -321,37 +347,58 @@ pub(crate) fn recover(
     })
 }
 
-/// Opens every data file (`NNNNNN.vdl`, ids contiguous from 1 but for the `collected` ones). Other names in
-/// `dir` are ignored. A collected file still present (a crash between the list's write and the unlink) is
-/// deleted now.
+/// Opens every data file (`NNNNNN.vdl`, or `NNNNNN.vdc` once GC compacted it; ids contiguous from 1 but for the
+/// `collected` ones). Other names in `dir` are ignored. A collected file still present (a crash between the
+/// list's write and the unlink) is deleted now; so are an unfinished compaction (`.vdc.tmp`) and a data file
+/// whose compaction is complete (a crash between the rename and the unlink).
 fn open_files(fs: &dyn Storage, dir: &Path, collected: &BTreeSet<u32>) -> Result<Vec<DataFile>> {
     let mut ids = Vec::new();
+    let mut compacted_ids = BTreeSet::new();
+    let mut leftovers = Vec::new();
     for name in fsutil::list(fs, dir)? {
-        let Some(stem) = name.strip_suffix(".vdl") else {
+        if super::compacted::is_tmp(&name) {
+            leftovers.push(dir.join(&name));
             continue;
+        }
+        let (stem, is_compacted) = match (name.strip_suffix(".vdl"), name.strip_suffix(".vdc")) {
+            (Some(s), _) => (s, false),
+            (_, Some(s)) => (s, true),
+            _ => continue,
         };
         if !stem.bytes().all(|c| c.is_ascii_digit()) {
             continue;
         }
         // Only the canonical spelling is ours (so "1.vdl" and "000001.vdl" cannot both count as file 1).
         match stem.parse::<u32>() {
-            Ok(id) if format!("{id:06}") == stem => ids.push(id),
+            Ok(id) if format!("{id:06}") == stem => {
+                if is_compacted {
+                    compacted_ids.insert(id);
+                } else {
+                    ids.push(id);
+                }
+            }
             _ => continue,
         }
     }
-    ids.sort_unstable();
-    let stale: Vec<u32> = ids
-        .iter()
-        .copied()
-        .filter(|id| collected.contains(id))
-        .collect();
-    if !stale.is_empty() {
-        for &id in &stale {
-            fsutil::remove_file(fs, &file_path(dir, id))?;
+    for &id in &ids {
+        if compacted_ids.contains(&id) || collected.contains(&id) {
+            leftovers.push(file_path(dir, id));
+        }
+    }
+    for &id in &compacted_ids {
+        if collected.contains(&id) {
+            leftovers.push(super::compacted::path(dir, id));
+        }
+    }
+    if !leftovers.is_empty() {
+        for p in &leftovers {
+            fsutil::remove_file(fs, p)?;
         }
         fsutil::sync_dir(fs, dir)?;
-        ids.retain(|id| !collected.contains(id));
     }
+    ids.retain(|id| !collected.contains(id) && !compacted_ids.contains(id));
+    ids.extend(compacted_ids.iter().filter(|id| !collected.contains(id)));
+    ids.sort_unstable();
     let mut files = Vec::with_capacity(ids.len());
     let mut expected = 1u32;
     for &id in &ids {
@@ -366,6 +413,18 @@ fn open_files(fs: &dyn Storage, dir: &Path, collected: &BTreeSet<u32>) -> Result
             ));
         }
         expected = id.saturating_add(1);
+        if compacted_ids.contains(&id) {
+            let path = super::compacted::path(dir, id);
+            let (file, remap, bytes) = super::compacted::open(fs, &path, id)?;
+            files.push(DataFile {
+                id,
+                path,
+                file,
+                len: remap.original_len(),
+                compacted: Some((std::sync::Arc::new(remap), bytes)),
+            });
+            continue;
+        }
         let path = file_path(dir, id);
         let file = fsutil::open_rw(fs, &path)?;
         let len = file.size().map_err(|e| Error::io(&path, e))?;
@@ -374,6 +433,7 @@ fn open_files(fs: &dyn Storage, dir: &Path, collected: &BTreeSet<u32>) -> Result
             path,
             file,
             len,
+            compacted: None,
         });
     }
     Ok(files)
@@ -407,7 +467,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The `n` bytes at `off`; the caller ensures `off + n <= len` (a violation is reported, not panicked on).
-    fn get(&mut self, off: u64, n: usize) -> Result<&[u8]> {
+    pub(super) fn get(&mut self, off: u64, n: usize) -> Result<&[u8]> {
         let end = off
             .checked_add(n as u64)
             .filter(|&e| e <= self.len)
