@@ -771,3 +771,64 @@ fn compacting_everything_leaves_only_live_records_in_sealed_files() {
     compare(&a, &p, 120);
     compare_history(&a, &p);
 }
+
+/// Readers on other threads read the probe keys at the newest version while commits go on and the background
+/// pruner compacts value-log files under them (a file leaves the readers' list for its compacted copy): every
+/// answer is the archive's at that version, or `Pruned` once the window has passed it, never another error.
+#[test]
+fn readers_never_fail_while_value_log_files_are_compacted_under_them() {
+    let (da, dp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = Store::open(da.path(), gc_opts(local())).unwrap();
+    let popts = Options {
+        keep_versions: Some(3),
+        prune_garbage_ratio: 0.0,
+        vlog_gc_garbage: 0.2,
+        ..gc_opts(local())
+    };
+    let mut p = Store::open(dp.path(), popts).unwrap();
+    let (ra, rp) = (a.reader(), p.reader());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (ra, rp, stop) = (ra.clone(), rp.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let (mut answered, mut pruned) = (0u64, 0u64);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let s = rp.snapshot();
+                    let Some(v) = s.version() else {
+                        continue;
+                    };
+                    // The archive commits each version before the pruned store does.
+                    let sa = ra.snapshot();
+                    for k in probe_keys() {
+                        for tid in TRIES {
+                            match s.get(tid, v, &k) {
+                                Ok(got) => {
+                                    assert_eq!(got, sa.get(tid, v, &k).unwrap(), "{tid}@{v}");
+                                    answered += 1;
+                                }
+                                Err(Error::Pruned { .. }) => pruned += 1,
+                                Err(e) => panic!("read of {tid}@{v} failed: {e}"),
+                            }
+                        }
+                    }
+                }
+                (answered, pruned)
+            })
+        })
+        .collect();
+    let seed = 37;
+    for v in 1..=300 {
+        commit(&mut a, seed, v).unwrap();
+        commit(&mut p, seed, v).unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answered: u64 = readers.into_iter().map(|r| r.join().unwrap().0).sum();
+    assert!(answered > 1000, "{answered}");
+    // Whatever the pruner was woken for is done once a prune finds nothing more to do.
+    while p.prune(3).unwrap().is_some() {}
+    let m = p.metrics();
+    assert!(m.vlog_files_compacted > 0, "{m:?}");
+    assert_eq!(m.vlog_gc_errors, 0, "{m:?}");
+    compare(&a, &p, 300);
+}
