@@ -320,6 +320,22 @@ mod tests {
         // when read): a 3-entry table of one-byte varints but for the gap 360 (two bytes).
         let whole = fs.read(&path(dir, 7)).unwrap();
         assert_eq!(whole.len(), 32 + 123 + 7 + 8);
+        // The layout of FORMAT.md §1.6.1, byte for byte (a format change must change this test deliberately).
+        let mut header = b"LETUSVDC".to_vec();
+        for w in [1u32, 7] {
+            header.extend_from_slice(&w.to_le_bytes());
+        }
+        header.extend_from_slice(&1000u64.to_le_bytes());
+        header.extend_from_slice(&3u32.to_le_bytes());
+        let hc = crc(&header);
+        header.extend_from_slice(&hc.to_le_bytes());
+        assert_eq!(&whole[..32], &header[..]);
+        assert_eq!(&whole[32..155], &bytes[..]);
+        let table = [0u8, 40, 28, 50, 0xfa, 0x01, 33];
+        assert_eq!(&whole[155..162], &table);
+        let mut footer = 7u32.to_le_bytes().to_vec();
+        footer.extend_from_slice(&crc(&table).to_le_bytes());
+        assert_eq!(&whole[162..], &footer[..]);
         for i in (0..32).chain(whole.len() - 15..whole.len()) {
             let mut c = whole.clone();
             c[i] ^= 0x10;
