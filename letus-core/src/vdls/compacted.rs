@@ -30,6 +30,8 @@ const MAGIC: &[u8; 8] = b"LETUSVDC";
 const FORMAT: u32 = 1;
 /// Bytes of the header.
 pub(crate) const HEADER_LEN: u64 = 32;
+/// Write buffer of [`Writer`].
+const BUF: usize = 1 << 20;
 /// The least bytes of a table entry (two one-byte varints).
 const MIN_ENTRY_LEN: u64 = 2;
 const FOOTER_LEN: u64 = 8;
@@ -90,92 +92,140 @@ pub(crate) fn is_tmp(name: &str) -> bool {
         .is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Writes the compacted file of data file `id` (committed length `original_len`) from the kept records: their
-/// original offsets and lengths `kept` (ascending) and their bytes back to back in `bytes`. Returns the open
-/// file, its table and its length; the new name is durable when this returns, and the original file is not
-/// touched.
-pub(crate) fn write(
-    fs: &dyn Storage,
-    dir: &Path,
+/// Writes the compacted file of data file `id` a record at a time ([`Writer::push`], at most a MiB buffered), under
+/// `NNNNNN.vdc.tmp`; [`Writer::finish`] makes it durable under `NNNNNN.vdc`. The original file is not touched.
+pub(crate) struct Writer<'a> {
+    fs: &'a dyn Storage,
+    dir: &'a Path,
     id: u32,
     original_len: u64,
-    kept: &[(u64, u32)],
-    bytes: &[u8],
-) -> Result<(FileRef, Remap, u64)> {
-    let tmp = tmp_path(dir, id);
-    let mut entries: Vec<Entry> = Vec::with_capacity(kept.len());
-    let mut at = HEADER_LEN;
-    let mut end = HEADER_LEN;
-    for &(original, len) in kept {
+    tmp: PathBuf,
+    file: FileRef,
+    entries: Vec<Entry>,
+    buf: Vec<u8>,
+    /// Where the next record goes, and the end of what is written to the file.
+    at: u64,
+    flushed: u64,
+}
+
+impl<'a> Writer<'a> {
+    /// Starts the compacted file of data file `id` (committed length `original_len`), replacing an unfinished one.
+    pub(crate) fn create(
+        fs: &'a dyn Storage,
+        dir: &'a Path,
+        id: u32,
+        original_len: u64,
+    ) -> Result<Writer<'a>> {
+        let tmp = tmp_path(dir, id);
+        if fsutil::is_file(fs, &tmp)? {
+            fsutil::remove_file(fs, &tmp)?;
+        }
+        let file = fsutil::create_new(fs, &tmp)?;
+        Ok(Writer {
+            fs,
+            dir,
+            id,
+            original_len,
+            tmp,
+            file,
+            entries: Vec::new(),
+            buf: Vec::with_capacity(BUF),
+            at: HEADER_LEN,
+            flushed: HEADER_LEN,
+        })
+    }
+
+    /// Adds the record `rec` that started at `original` in the original file (after the previous one's bytes).
+    pub(crate) fn push(&mut self, original: u64, rec: &[u8]) -> Result<()> {
+        let end = self
+            .entries
+            .last()
+            .map_or(HEADER_LEN, |e| e.original + u64::from(e.len));
+        let len = u32::try_from(rec.len()).unwrap_or(0);
         let fits = original >= end
             && len_in_bounds(len as usize)
             && original
                 .checked_add(u64::from(len))
-                .is_some_and(|e| e <= original_len);
+                .is_some_and(|e| e <= self.original_len);
         if !fits {
             return Err(Error::corrupt(
-                &tmp,
-                at,
+                &self.tmp,
+                self.at,
                 "a kept record overlaps another or lies outside its file",
             ));
         }
-        entries.push(Entry { original, at, len });
-        end = original + u64::from(len);
-        at += u64::from(len);
+        self.entries.push(Entry {
+            original,
+            at: self.at,
+            len,
+        });
+        self.buf.extend_from_slice(rec);
+        self.at += u64::from(len);
+        if self.buf.len() >= BUF {
+            self.flush()?;
+        }
+        Ok(())
     }
-    if at - HEADER_LEN != bytes.len() as u64 {
-        return Err(Error::corrupt(
-            &tmp,
-            at,
-            "the kept records' bytes do not add up to their lengths",
-        ));
-    }
-    let count = u32::try_from(entries.len())
-        .map_err(|_| Error::corrupt(&tmp, 0, "too many records for one compacted file"))?;
-    let mut tail = Vec::with_capacity(entries.len() * 4 + FOOTER_LEN as usize);
-    let mut prev_end = HEADER_LEN;
-    for e in &entries {
-        varint::put(&mut tail, e.original - prev_end);
-        varint::put(&mut tail, u64::from(e.len));
-        prev_end = e.original + u64::from(e.len);
-    }
-    let table_len = u32::try_from(tail.len())
-        .map_err(|_| Error::corrupt(&tmp, 0, "compacted file table too large"))?;
-    let table_crc = crc(&tail);
-    tail.extend_from_slice(&table_len.to_le_bytes());
-    tail.extend_from_slice(&table_crc.to_le_bytes());
-    let mut h = [0u8; HEADER_LEN as usize];
-    h[..8].copy_from_slice(MAGIC);
-    h[8..12].copy_from_slice(&FORMAT.to_le_bytes());
-    h[12..16].copy_from_slice(&id.to_le_bytes());
-    h[16..24].copy_from_slice(&original_len.to_le_bytes());
-    h[24..28].copy_from_slice(&count.to_le_bytes());
-    let hc = crc(&h[..28]);
-    h[28..32].copy_from_slice(&hc.to_le_bytes());
 
-    if fsutil::is_file(fs, &tmp)? {
-        fsutil::remove_file(fs, &tmp)?;
+    /// Bytes of the records pushed.
+    pub(crate) fn record_bytes(&self) -> u64 {
+        self.at - HEADER_LEN
     }
-    let file = fsutil::create_new(fs, &tmp)?;
-    let io = |e| Error::io(&tmp, e);
-    file.write_all_at(&h, 0).map_err(io)?;
-    file.write_all_at(bytes, HEADER_LEN).map_err(io)?;
-    file.write_all_at(&tail, at).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    let len = at + tail.len() as u64;
-    let to = path(dir, id);
-    fsutil::rename(fs, &tmp, &to)?;
-    fsutil::sync_dir(fs, dir)?;
-    drop(file);
-    let file = fsutil::open_read(fs, &to)?;
-    Ok((
-        file,
-        Remap {
-            original_len,
-            entries,
-        },
-        len,
-    ))
+
+    fn flush(&mut self) -> Result<()> {
+        self.file
+            .write_all_at(&self.buf, self.flushed)
+            .map_err(|e| Error::io(&self.tmp, e))?;
+        self.flushed += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Writes the table, the footer and the header, fsyncs, renames the file to `NNNNNN.vdc` (replacing an older
+    /// compaction of the same file) and fsyncs the directory. Returns the open file, its table and its length.
+    pub(crate) fn finish(mut self) -> Result<(FileRef, Remap, u64)> {
+        let count = u32::try_from(self.entries.len())
+            .map_err(|_| Error::corrupt(&self.tmp, 0, "too many records for one compacted file"))?;
+        let table_start = self.buf.len();
+        let mut prev_end = HEADER_LEN;
+        for e in &self.entries {
+            varint::put(&mut self.buf, e.original - prev_end);
+            varint::put(&mut self.buf, u64::from(e.len));
+            prev_end = e.original + u64::from(e.len);
+        }
+        let table = &self.buf[table_start..];
+        let table_len = u32::try_from(table.len())
+            .map_err(|_| Error::corrupt(&self.tmp, 0, "compacted file table too large"))?;
+        let table_crc = crc(table);
+        self.buf.extend_from_slice(&table_len.to_le_bytes());
+        self.buf.extend_from_slice(&table_crc.to_le_bytes());
+        self.flush()?;
+        let mut h = [0u8; HEADER_LEN as usize];
+        h[..8].copy_from_slice(MAGIC);
+        h[8..12].copy_from_slice(&FORMAT.to_le_bytes());
+        h[12..16].copy_from_slice(&self.id.to_le_bytes());
+        h[16..24].copy_from_slice(&self.original_len.to_le_bytes());
+        h[24..28].copy_from_slice(&count.to_le_bytes());
+        let hc = crc(&h[..28]);
+        h[28..32].copy_from_slice(&hc.to_le_bytes());
+        let io = |e| Error::io(&self.tmp, e);
+        self.file.write_all_at(&h, 0).map_err(io)?;
+        self.file.sync_all().map_err(io)?;
+        let len = self.flushed;
+        let to = path(self.dir, self.id);
+        fsutil::rename(self.fs, &self.tmp, &to)?;
+        fsutil::sync_dir(self.fs, self.dir)?;
+        drop(self.file);
+        let file = fsutil::open_read(self.fs, &to)?;
+        Ok((
+            file,
+            Remap {
+                original_len: self.original_len,
+                entries: self.entries,
+            },
+            len,
+        ))
+    }
 }
 
 /// Opens compacted file `path` of data file `id`: checks its header, table and lengths (each record is checked
@@ -290,7 +340,16 @@ mod tests {
         fs.create_dir_all(dir).unwrap();
         let kept = [(32, 40), (100, 50), (400, 33)];
         let bytes: Vec<u8> = [vec![1u8; 40], vec![2; 50], vec![3; 33]].concat();
-        let (_, remap, len) = write(&fs, dir, 7, 1000, &kept, &bytes).unwrap();
+        let write = |id: u32, kept: &[(u64, u32)], bytes: &[u8]| {
+            let mut w = Writer::create(&fs, dir, id, 1000)?;
+            let mut at = 0;
+            for &(original, len) in kept {
+                w.push(original, &bytes[at..at + len as usize])?;
+                at += len as usize;
+            }
+            w.finish()
+        };
+        let (_, remap, len) = write(7, &kept, &bytes).unwrap();
         assert_eq!(
             remap.find(100),
             Some(Entry {
@@ -314,8 +373,8 @@ mod tests {
             Err(Error::Corrupt { .. })
         ));
         // Overlapping records are refused at write.
-        assert!(write(&fs, dir, 8, 1000, &[(32, 40), (60, 40)], &[0; 80]).is_err());
-        assert!(write(&fs, dir, 8, 1000, &[(32, 40)], &[0; 41]).is_err());
+        assert!(write(8, &[(32, 40), (60, 40)], &[0; 80]).is_err());
+        assert!(write(8, &[(980, 40)], &[0; 40]).is_err());
         // Every flipped byte of the header, table and footer is caught (the records' own checksums are checked
         // when read): a 3-entry table of one-byte varints but for the gap 360 (two bytes).
         let whole = fs.read(&path(dir, 7)).unwrap();

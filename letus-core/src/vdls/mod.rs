@@ -531,14 +531,13 @@ impl VdlsReader {
                 Err(_) => return Err(invalid(&self.dir, "no such data file to compact")),
             }
         };
-        let mut kept: Vec<(u64, u32)> = Vec::new();
-        let mut bytes: Vec<u8> = Vec::new();
+        let mut w = compacted::Writer::create(&*self.fs, &self.dir, id, old.len())?;
+        let mut records = 0u64;
         let mut take = |original: u64, rec: &[u8], at: u64| -> Result<()> {
             match record::decode(rec, id, original) {
                 Ok(d) if d.group.is_none() => {
-                    kept.push((original, rec.len() as u32));
-                    bytes.extend_from_slice(rec);
-                    Ok(())
+                    records += 1;
+                    w.push(original, rec)
                 }
                 Ok(_) => Err(Error::corrupt(
                     &old.path,
@@ -581,7 +580,7 @@ impl VdlsReader {
                 }
             }
         }
-        let copied = bytes.len() as u64;
+        let copied = w.record_bytes();
         if copied != live_bytes {
             return Err(Error::corrupt(
                 &old.path,
@@ -591,9 +590,7 @@ impl VdlsReader {
                 ),
             ));
         }
-        let records = kept.len() as u64;
-        let (file, remap, bytes) =
-            compacted::write(&*self.fs, &self.dir, id, old.len(), &kept, &bytes)?;
+        let (file, remap, bytes) = w.finish()?;
         Counters::add(&self.counters.bytes_written, bytes);
         let new = Arc::new(SharedFile {
             id,
