@@ -596,10 +596,9 @@ impl Pruner {
                         }
                     };
                     if !shared.prune_due(keep, ratio) {
-                        // Between prunes, value-log files emptied since, or victims chosen, that the window has
-                        // passed (the boundary is raised to let them go or be compacted), and files that crossed
-                        // the garbage threshold (chosen now, compacted once the window passes this version).
-                        if shared.deletion_due(keep) || shared.victim_waiting(gc_garbage) {
+                        // Between prunes, only value-log files emptied since, or victims chosen, that the window
+                        // has passed: the boundary is raised to let them go or be compacted.
+                        if shared.deletion_due(keep) {
                             gc(false);
                         }
                         continue;

@@ -95,8 +95,8 @@ pub(super) struct GcPass {
     /// The window of the background pruner: the boundary may be raised to it when that lets a retired file go
     /// or a victim be compacted.
     pub(super) keep: Option<u64>,
-    /// Whether to walk the state when its live bytes are not known (after an open); without, a pass that does
-    /// not know them only deletes what is due.
+    /// Whether to walk the state (when its live bytes are not known) and choose victims; without, the pass only
+    /// deletes, retires and compacts the victims chosen before.
     pub(super) scan: bool,
     /// Whether victims chosen before are chosen again at the newest version when the boundary has passed it (so
     /// that they are compacted to what is live now, not then): for the least disk ([`Store::vlog_gc_all`]).
@@ -407,8 +407,8 @@ impl Shared {
         Ok(report)
     }
 
-    /// Retires the sealed files with nothing live, chooses victims (unless `pass.garbage >= 1`), and fills in the
-    /// report's figures and file list.
+    /// Retires the sealed files with nothing live, chooses victims (unless `pass.garbage >= 1` or the pass does
+    /// not scan), and fills in the report's figures and file list.
     fn retire_and_choose(&self, pass: GcPass, boundary: Option<Version>, report: &mut GcReport) {
         let files = self.vdls.file_sizes();
         let active = files.last().map_or(0, |f| f.id);
@@ -432,7 +432,8 @@ impl Shared {
             if l == 0 {
                 retired.entry(f.id).or_insert(*version);
                 victims.remove(&f.id);
-            } else if pass.garbage < 1.0
+            } else if pass.scan
+                && pass.garbage < 1.0
                 && (refresh || !victims.contains_key(&f.id))
                 && f.records.saturating_sub(l) as f64 >= pass.garbage * f.records as f64
             {
@@ -463,28 +464,6 @@ impl Shared {
         };
         let st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
         st.retired.values().any(|v| *v <= target) || st.victims.values().any(|(v, _)| *v <= target)
-    }
-
-    /// Whether a sealed file that is not a victim yet is at least `garbage` garbage (once the live bytes are
-    /// known): choosing it costs a copy of its bits, so the pruner does it between prunes too, as soon as a file
-    /// crosses the threshold, rather than at the next prune. Cheap enough to ask after every commit.
-    pub(super) fn victim_waiting(&self, garbage: f64) -> bool {
-        if garbage >= 1.0 {
-            return false;
-        }
-        let files = self.vdls.file_sizes();
-        let active = files.last().map_or(0, |f| f.id);
-        let st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some((_, map)) = st.live.as_ref() else {
-            return false;
-        };
-        files.iter().any(|f| {
-            let l = map.get(&f.id).map_or(0, |l| l.bytes);
-            f.id != active
-                && l > 0
-                && !st.victims.contains_key(&f.id)
-                && f.records.saturating_sub(l) as f64 >= garbage * f.records as f64
-        })
     }
 
     /// Called by the writer while it holds the engine exclusively to publish `version` (durable by then), with
