@@ -246,9 +246,6 @@ pub struct VdlsReader {
     deleting: Arc<std::sync::Mutex<()>>,
 }
 
-/// What [`VdlsReader::scan_raw`] calls with each record: its location, its decoding and its bytes.
-type RawVisit<'a> = dyn FnMut(Location, record::Decoded, &[u8]) -> Result<()> + 'a;
-
 /// What [`VdlsReader::compact`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Compaction {
@@ -439,67 +436,6 @@ impl VdlsReader {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .contains(&id)
-    }
-
-    /// Calls `f` with every Put and Delete record of sealed data file `id` (moved ones included), in file order,
-    /// reading it a MiB at a time; a compacted file's kept records, at their original locations. Any damage is
-    /// [`Error::Corrupt`]: a sealed file is complete.
-    pub fn scan_file(
-        &self,
-        id: u32,
-        f: &mut dyn FnMut(Location, &Record) -> Result<()>,
-    ) -> Result<()> {
-        self.scan_raw(id, &mut |loc, d, _| {
-            if d.group.is_none() {
-                f(loc, &d.rec)?;
-            }
-            Ok(())
-        })
-    }
-
-    /// [`VdlsReader::scan_file`] with the decoded records (Commit records included) and their bytes.
-    fn scan_raw(&self, id: u32, f: &mut RawVisit<'_>) -> Result<()> {
-        let file = self.file(id, HEADER_LEN)?;
-        if let Some((remap, size)) = &file.compacted {
-            let mut r = recovery::Reader::new(&*file.file, &file.path, *size, &self.counters);
-            for e in remap.entries() {
-                let bytes = r.get(e.at, e.len as usize)?;
-                match record::decode(bytes, id, e.original) {
-                    Ok(d) => f(
-                        Location {
-                            file_id: id,
-                            offset: e.original,
-                            len: e.len,
-                        },
-                        d,
-                        bytes,
-                    )?,
-                    Err(record::DecodeError::Damaged(w) | record::DecodeError::Malformed(w)) => {
-                        return Err(Error::corrupt(&file.path, e.at, w))
-                    }
-                }
-            }
-            return Ok(());
-        }
-        let len = file.len();
-        let mut r = recovery::Reader::new(&*file.file, &file.path, len, &self.counters);
-        let mut o = HEADER_LEN;
-        while o < len {
-            match recovery::next_record(&mut r, id, o)? {
-                recovery::Step::Record(d, n) => {
-                    let loc = Location {
-                        file_id: id,
-                        offset: o,
-                        len: n,
-                    };
-                    let bytes = r.get(o, n as usize)?;
-                    f(loc, d, bytes)?;
-                    o += u64::from(n);
-                }
-                recovery::Step::Damaged(why) => return Err(Error::corrupt(&file.path, o, why)),
-            }
-        }
-        Ok(())
     }
 
     /// Compacts sealed data file `id` (FORMAT.md §1.6): writes `NNNNNN.vdc` with the Put and Delete records whose
