@@ -15,7 +15,7 @@ pub(super) struct Shared {
     /// (prunes, consolidations) before each hold: a walk that takes the engine again and again would otherwise
     /// keep a commit from publishing for as long as it runs (measured: 100-220 ms waits behind a prune).
     pub(super) turnstile: std::sync::Mutex<()>,
-    /// Value-log GC's retired files and queued moves (`vlog_gc.rs`).
+    /// Value-log GC's live records, retired files and victims (`vlog_gc.rs`).
     pub(super) gc: std::sync::Mutex<vlog_gc::GcState>,
 }
 
