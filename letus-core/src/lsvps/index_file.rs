@@ -32,9 +32,12 @@ use crate::varint;
 
 /// The magic number at the start of the header and at the end of the footer.
 pub const MAGIC: [u8; 8] = *b"LETUSIDX";
-/// The format version this build writes. Version 2 may hold rebase DeltaPages (FORMAT.md §2.1); version 3 has
-/// compact index blocks (variable-length entries, see [`COMPACT_INDEX_VERSION`]).
-pub const FORMAT_VERSION: u32 = 3;
+/// The newest format version this build reads and writes. Version 2 may hold rebase DeltaPages (FORMAT.md §2.1);
+/// version 3 has compact index blocks (variable-length entries, see [`COMPACT_INDEX_VERSION`]); version 4 is
+/// version 3 holding only BasePages ([`BASES_ONLY_VERSION`]).
+pub const FORMAT_VERSION: u32 = 4;
+/// The format of the index files a flush, a bulk load or a consolidation writes.
+pub const WRITE_FORMAT_VERSION: u32 = 3;
 /// The oldest format version this build reads (versions 1 and 2 are read as they are: fixed 58-byte entries).
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// The first format version whose index blocks are compact: `count u32 | first_offset u64 | entries | crc u32`,
@@ -43,6 +46,12 @@ pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// entry held 29 zero bytes of prefix and an offset implied by its predecessor: at 10M keys the index blocks were a
 /// tenth of every byte written.
 pub const COMPACT_INDEX_VERSION: u32 = 3;
+/// The format of a base file written by a prune (FORMAT.md §2.9): the layout of version 3, every record a BasePage
+/// under a `Base` key, one per page. A BasePage there may stand for the page's DeltaPage of the same key version
+/// (the page's state at the base file's boundary, its record's version field the page's version then), so a lookup
+/// of `(page, v, Delta)` routed to such a file is answered by `(page, v, Base)`. Older builds refuse the file
+/// (`UnsupportedFormat`) rather than follow a DeltaPage's link to a record they cannot find.
+pub const BASES_ONLY_VERSION: u32 = 4;
 /// Header: `magic [u8;8] | format_version u32 | header_crc u32`.
 pub const HEADER_LEN: u64 = 16;
 /// Footer (layout in `FORMAT.md §2` §3.5). Its last 16 bytes (`format_version u32 | footer_crc u32 |
@@ -243,6 +252,7 @@ fn invalid_input(path: &Path, msg: String) -> Error {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Footer {
+    format: u32,
     meta: FileMeta,
     index_offset: u64,
     lookup_offset: u64,
@@ -261,7 +271,7 @@ impl Footer {
         b[48..56].copy_from_slice(&self.lookup_len.to_le_bytes());
         b[56..60].copy_from_slice(&self.meta.replay_from.0.to_le_bytes());
         // 60..64 reserved, zero.
-        b[64..68].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[64..68].copy_from_slice(&self.format.to_le_bytes());
         let crc = fsutil::crc(&b[0..68]);
         b[68..72].copy_from_slice(&crc.to_le_bytes());
         b[72..80].copy_from_slice(&MAGIC);
@@ -269,10 +279,10 @@ impl Footer {
     }
 }
 
-fn encode_header() -> [u8; HEADER_LEN as usize] {
+fn encode_header(format: u32) -> [u8; HEADER_LEN as usize] {
     let mut b = [0u8; HEADER_LEN as usize];
     b[0..8].copy_from_slice(&MAGIC);
-    b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    b[8..12].copy_from_slice(&format.to_le_bytes());
     let crc = fsutil::crc(&b[0..12]);
     b[12..16].copy_from_slice(&crc.to_le_bytes());
     b
@@ -318,12 +328,33 @@ pub struct IndexFileWriter {
     failed: bool,
     /// Bytes written since the last `sync_data`.
     unsynced: u64,
+    /// [`WRITE_FORMAT_VERSION`], or [`BASES_ONLY_VERSION`] for a prune's base file.
+    format: u32,
 }
 
 impl IndexFileWriter {
     /// Creates `path` (which must not exist; the engine passes a temporary name and renames it after `finish`) and
     /// writes the header.
     pub fn create(fs: &SharedStorage, path: &Path, counters: Arc<Counters>) -> Result<Self> {
+        Self::create_with_format(fs, path, counters, WRITE_FORMAT_VERSION)
+    }
+
+    /// [`IndexFileWriter::create`] for a prune's base file ([`BASES_ONLY_VERSION`]): [`IndexFileWriter::add`]
+    /// then refuses DeltaPage keys.
+    pub fn create_bases_only(
+        fs: &SharedStorage,
+        path: &Path,
+        counters: Arc<Counters>,
+    ) -> Result<Self> {
+        Self::create_with_format(fs, path, counters, BASES_ONLY_VERSION)
+    }
+
+    fn create_with_format(
+        fs: &SharedStorage,
+        path: &Path,
+        counters: Arc<Counters>,
+        format: u32,
+    ) -> Result<Self> {
         let file = fsutil::create_new(&**fs, path)?;
         let mut w = IndexFileWriter {
             path: path.to_path_buf(),
@@ -345,8 +376,9 @@ impl IndexFileWriter {
             lookup: Vec::new(),
             failed: false,
             unsynced: 0,
+            format,
         };
-        w.write(&encode_header())?;
+        w.write(&encode_header(format))?;
         Ok(w)
     }
 
@@ -417,6 +449,12 @@ impl IndexFileWriter {
             return Err(invalid_input(
                 &self.path,
                 format!("invalid page id {:?}", key.page),
+            ));
+        }
+        if self.format >= BASES_ONLY_VERSION && key.kind != PageKind::Base {
+            return Err(invalid_input(
+                &self.path,
+                format!("a base file holds BasePages only, not {key:?}"),
             ));
         }
         if record.len() > MAX_RECORD_LEN {
@@ -560,6 +598,7 @@ impl IndexFileWriter {
         self.write(&lookup)?;
 
         let footer = Footer {
+            format: self.format,
             meta: *meta,
             index_offset,
             lookup_offset,
@@ -603,6 +642,8 @@ pub struct IndexFile {
     lookup: Vec<LookupEntry>,
     /// Index blocks of format [`COMPACT_INDEX_VERSION`] or later.
     compact: bool,
+    /// Format [`BASES_ONLY_VERSION`] or later.
+    bases_only: bool,
     counters: Arc<Counters>,
     cache: Arc<BlockCache>,
 }
@@ -690,6 +731,7 @@ impl IndexFile {
             records: field(24),
         };
         let footer = Footer {
+            format: header_version,
             meta,
             index_offset: field(32),
             lookup_offset: field(40),
@@ -724,6 +766,7 @@ impl IndexFile {
             pages_end: footer.index_offset,
             lookup,
             compact,
+            bases_only: header_version >= BASES_ONLY_VERSION,
             counters,
             cache,
         })
@@ -732,6 +775,12 @@ impl IndexFile {
     /// The metadata stored in the footer.
     pub fn meta(&self) -> &FileMeta {
         &self.meta
+    }
+
+    /// Whether every record is a BasePage that may stand for the DeltaPage of its key version
+    /// ([`BASES_ONLY_VERSION`]).
+    pub fn bases_only(&self) -> bool {
+        self.bases_only
     }
 
     /// The path the file was opened at.
@@ -1207,6 +1256,6 @@ mod tests {
         assert_eq!(ENTRY_LEN, 58);
         assert_eq!(MAX_ENTRIES_PER_BLOCK, 70);
         assert_eq!(index_block_len(MAX_ENTRIES_PER_BLOCK), 4068);
-        assert_eq!(encode_header().len() as u64, HEADER_LEN);
+        assert_eq!(encode_header(WRITE_FORMAT_VERSION).len() as u64, HEADER_LEN);
     }
 }

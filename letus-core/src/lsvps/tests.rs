@@ -744,3 +744,49 @@ fn lsvps_records_read_as_one_span_are_those_read_one_by_one_and_checked() {
     let f = open(&path, 0, 1 << 20).unwrap();
     assert_eq!(assert_corrupt(f.read_entries(&entries), &path), e.offset);
 }
+
+#[test]
+fn lsvps_a_base_file_is_format_4_and_holds_base_pages_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("000003.1.idx");
+    let mut w =
+        IndexFileWriter::create_bases_only(&crate::storage::local(), &path, counters()).unwrap();
+    let page = PageId::ROOT;
+    w.add(&PageKey::new(1, page, 4, PageKind::Base), b"base at 4")
+        .unwrap();
+    // A DeltaPage key is refused, and nothing is written for it.
+    assert!(w
+        .add(&PageKey::new(1, page, 7, PageKind::Delta), b"delta")
+        .is_err());
+    w.add(&PageKey::new(1, page, 9, PageKind::Base), b"base at 9")
+        .unwrap();
+    let meta = FileMeta {
+        min_version: 1,
+        max_version: 9,
+        replay_from: (1, 0),
+        records: 2,
+    };
+    w.finish(&meta).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let footer = bytes.len() - FOOTER_LEN as usize;
+    assert_eq!(&bytes[8..12], &index_file::BASES_ONLY_VERSION.to_le_bytes());
+    assert_eq!(
+        &bytes[footer + 64..footer + 68],
+        &index_file::BASES_ONLY_VERSION.to_le_bytes()
+    );
+    let f = open(&path, 0, 1 << 20).unwrap();
+    assert!(f.bases_only());
+    assert_eq!(f.meta(), &meta);
+    assert_eq!(
+        f.get(&PageKey::new(1, page, 9, PageKind::Base)).unwrap(),
+        Some(b"base at 9".to_vec())
+    );
+    // An ordinary index file is format 3.
+    let (plain, _) = small_file(dir.path(), "000004.idx");
+    let plain_bytes = std::fs::read(&plain).unwrap();
+    assert_eq!(
+        &plain_bytes[8..12],
+        &index_file::WRITE_FORMAT_VERSION.to_le_bytes()
+    );
+    assert!(!open(&plain, 1, 1 << 20).unwrap().bases_only());
+}

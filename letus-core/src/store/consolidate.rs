@@ -41,6 +41,11 @@ impl Shared {
             else {
                 return Ok(None);
             };
+            // A base file of format 4 holds one BasePage per page already (and its generation is above 0); a
+            // copy in format 3 would lose what its BasePages stand for (FORMAT.md §2.9).
+            if e.files[i].bases_only() {
+                return Ok(None);
+            }
             // Versions up to `lower` are in older files: a predecessor there is where a chain leaves this file.
             let lower = i
                 .checked_sub(1)

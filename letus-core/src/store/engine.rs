@@ -215,10 +215,8 @@ pub(super) struct ReadSlots {
     /// The page's slots at the version asked for.
     pub(super) slots: Vec<(page::SlotNo, Cell)>,
     pub(super) head: Head,
-    /// The newest record at or below that version, decoded, and its key.
+    /// The key of the newest record at or below that version.
     pub(super) head_key: PageKey,
-    pub(super) head_rec: PageRecord,
-    pub(super) head_bytes: Vec<u8>,
     /// The file it was read from.
     pub(super) path: PathBuf,
 }
@@ -266,8 +264,18 @@ impl Engine {
         }
     }
 
+    /// The record stored under `key`. A base file of [`crate::lsvps::index_file::BASES_ONLY_VERSION`] answers a
+    /// DeltaPage key with the BasePage of the same version that stands for it there (FORMAT.md §2.9): the page's
+    /// state at the base file's boundary, which is what a later record naming that DeltaPage continues from.
     pub(super) fn exact(&self, key: &PageKey) -> Result<Option<(Vec<u8>, PathBuf)>> {
         match self.segment(key.version) {
+            Segment::File(f) if f.bases_only() && key.kind == PageKind::Delta => {
+                let base = PageKey {
+                    kind: PageKind::Base,
+                    ..*key
+                };
+                Ok(f.get(&base)?.map(|v| (v, f.path().to_path_buf())))
+            }
             Segment::File(f) => Ok(f.get(key)?.map(|v| (v, f.path().to_path_buf()))),
             Segment::Table(t) => Ok(t
                 .get(key)
@@ -363,7 +371,10 @@ impl Engine {
             if guard > 1_000_000 {
                 return Err(bad(&path, "delta chain does not end"));
             }
-            let key = PageKey::new(tid, id, prev.0, prev.1);
+            let mut key = PageKey::new(tid, id, prev.0, prev.1);
+            if matches!(self.segment(key.version), Segment::File(f) if f.bases_only()) {
+                key.kind = PageKind::Base; // as `exact` answers it, and as a prefetch found it
+            }
             // A rebase DeltaPage skips to the BasePage it is relative to, unless its predecessor was read with the
             // head already (the rest of that chain then costs no read), or that BasePage is gone (pruned): then
             // the chain goes on through `prev`, whose records its first entry assigns over.
@@ -410,13 +421,10 @@ impl Engine {
             ));
         }
         head.chain = u32::try_from(chain.len()).unwrap_or(u32::MAX);
-        let head_rec = chain.swap_remove(0);
         Ok(ReadSlots {
             slots,
             head,
             head_key,
-            head_rec,
-            head_bytes: bytes,
             path,
         })
     }

@@ -366,7 +366,7 @@ impl Shared {
         fs: &crate::storage::SharedStorage,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(FileMeta, u64)> {
-        let mut w = IndexFileWriter::create(fs, tmp, counters.clone())?;
+        let mut w = IndexFileWriter::create_bases_only(fs, tmp, counters.clone())?;
         let (mut records, mut pages, mut min_version) = (0u64, 0u64, boundary);
         for &(tid, root_version) in roots.iter().filter(|(_, v)| *v > skip) {
             let mut level = vec![(PageId::ROOT, root_version)];
@@ -375,13 +375,13 @@ impl Shared {
                 for batch in level.chunks(PAGES_PER_HOLD) {
                     let e = self.engine_after_writers();
                     for &(id, version) in batch {
-                        // A page not in the cache is read without being built: its slots and newest record are
-                        // all a base file needs (building it would hash every inline branch).
+                        // A page not in the cache is read without being built: its slots and the key of its
+                        // newest record are all a base file needs (building it would hash every inline branch).
                         let (cells, head) = match e.page_cache.get(&(tid, id, version)) {
-                            Some(p) => (p.cells().to_vec(), None),
+                            Some(p) => (p.cells().to_vec(), p.head.map(|h| h.key_version)),
                             None => {
                                 let r = e.read_slots(tid, id, version)?;
-                                (r.slots, Some((r.head_key, r.head_rec, r.head_bytes)))
+                                (r.slots, Some(r.head_key.version))
                             }
                         };
                         for (slot, cell) in &cells {
@@ -395,11 +395,10 @@ impl Shared {
                                 _ => {}
                             }
                         }
-                        for (key, bytes) in base_records(&e, tid, id, version, &cells, head)? {
-                            min_version = min_version.min(key.version);
-                            w.add(&key, &bytes)?;
-                            records += 1;
-                        }
+                        let (key, bytes) = base_record(&e, tid, id, version, &cells, head)?;
+                        min_version = min_version.min(key.version);
+                        w.add(&key, &bytes)?;
+                        records += 1;
                         pages += 1;
                     }
                     drop(e);
@@ -420,70 +419,51 @@ impl Shared {
     }
 }
 
-/// The records of page `id` (whose slots at `version`, its newest at or below the boundary, are `cells`) that the
-/// base file holds, in key order: its newest record at or below `version`, a BasePage as it is, a DeltaPage `D` at
-/// `p` as a BasePage under `(p, Base)` holding `cells` followed by `D` pointing at it. `head` is that record when
-/// the caller read it already (key, decoded, bytes).
-fn base_records(
+/// The one record of page `id` (whose slots at `version`, its version at the boundary, are `cells`) that the base
+/// file holds: a BasePage of `cells` with record version `version`, under the key version of the page's newest
+/// record at or below `version` (`head`, when the caller knows it). A later record naming that one as its
+/// predecessor (a DeltaPage's `prev`) is answered by this BasePage (§2.9, [`Engine::exact`]): the page as of its
+/// last entry, which is `version`, as every entry of that record is at or below the boundary (a flush freezes
+/// every DeltaPage, and the boundary is an index file's last version).
+fn base_record(
     e: &Engine,
     tid: TrieId,
     id: PageId,
     version: Version,
     cells: &[(page::SlotNo, Cell)],
-    head: Option<(PageKey, PageRecord, Vec<u8>)>,
-) -> Result<Vec<(PageKey, Vec<u8>)>> {
-    let (key, rec, bytes) = match head {
-        Some(h) => h,
+    head: Option<Version>,
+) -> Result<(PageKey, Vec<u8>)> {
+    let key_version = match head {
+        Some(v) => v,
         None => {
             let probe = PageKey::new(tid, id, version, PageKind::Delta);
-            let (key, bytes, path, _) = e.floor(&probe)?.ok_or_else(|| {
+            let missing = |path: PathBuf| {
                 Error::corrupt(
-                    e.dir.join("lsvps"),
+                    path,
                     0,
                     format!("page {id:?} of trie {tid} has no record at version {version}"),
                 )
-            })?;
-            if key.tid != tid || key.page != id {
-                return Err(Error::corrupt(
-                    &path,
-                    0,
-                    format!("page {id:?} of trie {tid} has no record at version {version}"),
-                ));
+            };
+            let (key, _, path, _) = e
+                .floor(&probe)?
+                .ok_or_else(|| missing(e.dir.join("lsvps")))?;
+            if !key.same_page(&probe) {
+                return Err(missing(path));
             }
-            let rec = PageRecord::decode(&bytes).map_err(|w| Error::corrupt(&path, 0, w))?;
-            (key, rec, bytes)
+            key.version
         }
     };
-    match rec {
-        PageRecord::Base { .. } => Ok(vec![(key, bytes)]),
-        PageRecord::Delta {
-            first_version,
-            since_base,
-            entries,
-            ..
-        } => {
-            // The BasePage holds the page as of `version` (not of `p`): from a version at or above the boundary
-            // this page is only ever loaded at `version`, and `D`'s entries up to it, applied over it, assign
-            // what it already holds. It comes from the page already loaded, with no chain replayed or hashed.
-            let base = page::encode_base(key.version, 0, cells);
-            let delta = page::encode_delta(
-                first_version,
-                since_base,
-                Some((key.version, PageKind::Base)),
-                &entries,
-            );
-            Ok(vec![
-                (
-                    PageKey {
-                        kind: PageKind::Base,
-                        ..key
-                    },
-                    base,
-                ),
-                (key, delta),
-            ])
-        }
+    if key_version > version {
+        return Err(Error::corrupt(
+            e.dir.join("lsvps"),
+            0,
+            format!("page {id:?} of trie {tid} at version {version} has its newest record at {key_version}"),
+        ));
     }
+    Ok((
+        PageKey::new(tid, id, key_version, PageKind::Base),
+        page::encode_base(version, 0, cells),
+    ))
 }
 
 /// The name of a base file between its write and the manifest that commits it (FORMAT.md §2.9).
