@@ -7,7 +7,9 @@
 //!    window, and with the base files merged (`Store::prune_merged`, then closed: index files, value log, all)
 //!    against a fresh bulk import of the head state, and what value-log GC left: the value log against its live bytes (the exact
 //!    accounting of a last GC pass), the bytes it moved, and the lifetime value write amplification (value
-//!    records written, moved ones included, over the chain's own records);
+//!    records written, GC's copies included, over the chain's own records), after the merge (whose
+//!    `Store::vlog_gc_all` compacts every file with any garbage) and, in the last column, before it (the online
+//!    run: what the background pruner's GC left and copied);
 //! 2. `--history`: the cost of pruning 1,000 versions on stores of 2,000 and of `--long` versions (blocks of
 //!    `--small-txs` transfers after the same load, not fsynced: only the prune is timed): each store is first
 //!    pruned to 1,000 versions before its head, then 1,000 more versions are committed and pruned.
@@ -186,7 +188,7 @@ fn part_windows(a: &Args, root: &Path) {
     );
     std::fs::remove_dir_all(&fresh_dir).unwrap();
     println!(
-        "| setting | apply time | payment updates/s | commit p50 / p99 / max | prunes | on disk as the pruner left it | on disk, pruned to the window | merged, closed | of which index files | value log | disk / fresh import | index files / fresh import's | value log / its live bytes | GC: files deleted, moved | value write amplification |"
+        "| setting | apply time | payment updates/s | commit p50 / p99 / max | prunes | on disk as the pruner left it | on disk, pruned to the window | merged, closed | of which index files | value log | disk / fresh import | index files / fresh import's | value log / its live bytes | GC: files deleted, moved | value write amplification | before the merge: value log / live, write amplification |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut settings: Vec<Option<u64>> = vec![None];
@@ -228,6 +230,11 @@ fn part_windows(a: &Args, root: &Path) {
         // A last GC pass: deletes what the boundary has passed, and accounts the live bytes exactly.
         let mut gc = s.vlog_gc().unwrap();
         let pruned = allocated(&dir);
+        // The value log and the write amplification of the online run (the pruner's GC), before the merge.
+        let online = (
+            gc.log_bytes as f64 / gc.live_bytes.max(1) as f64,
+            (user_record_bytes + s.metrics().vlog_moved_bytes) as f64 / user_record_bytes as f64,
+        );
         // Then the base files merged into one and every value-log file with garbage compacted as far as the
         // boundary allows (`letus prune --merge`): the least disk a prune leaves.
         if let Some(k) = keep {
@@ -264,7 +271,7 @@ fn part_windows(a: &Args, root: &Path) {
             Some(k) => format!("window {k}"),
         };
         println!(
-            "| {name} (oldest held: {}) | {apply:.1} s | {:.0} | {:.1} / {:.1} / {:.1} ms | {prunes} | {} | {} | {} | {} | {} | {:.2}x | {:.2}x | {} / {} = {:.2}x | {}, {} | {:.2} |",
+            "| {name} (oldest held: {}) | {apply:.1} s | {:.0} | {:.1} / {:.1} / {:.1} ms | {prunes} | {} | {} | {} | {} | {} | {:.2}x | {:.2}x | {} / {} = {:.2}x | {}, {} | {:.2} | {:.2}x, {:.2} |",
             oldest.map_or("1".into(), |o| o.to_string()),
             updates as f64 / pay_secs,
             pct(&mut lat, 0.5),
@@ -283,6 +290,8 @@ fn part_windows(a: &Args, root: &Path) {
             m.vlog_files_deleted,
             mib(m.vlog_moved_bytes),
             (user_record_bytes + m.vlog_moved_bytes) as f64 / user_record_bytes as f64,
+            online.0,
+            online.1,
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

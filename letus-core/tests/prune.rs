@@ -731,6 +731,52 @@ fn the_pruner_compacts_value_log_files_between_prunes() {
     compare_history(&a, &p);
 }
 
+/// A victim chosen at a version above the boundary is compacted in the pass that chose it, without waiting for the
+/// boundary to pass that version: it keeps the records live then and those that died above the boundary, so every
+/// version the store keeps still reads as the archive's, before and after a reopen.
+#[test]
+fn victims_above_the_boundary_are_compacted_at_once() {
+    let (da, dp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let opts = Options {
+        vlog_gc_garbage: 0.2,
+        ..gc_opts(local())
+    };
+    let mut a = Store::open(da.path(), opts.clone()).unwrap();
+    let mut p = Store::open(dp.path(), opts.clone()).unwrap();
+    let seed = 37;
+    for v in 1..=40 {
+        commit(&mut a, seed, v).unwrap();
+        commit(&mut p, seed, v).unwrap();
+    }
+    // The first pass walks the state; from then on the commits keep the records each version made dead.
+    assert!(p.vlog_gc().unwrap().walked);
+    for v in 41..=160 {
+        commit(&mut a, seed, v).unwrap();
+        commit(&mut p, seed, v).unwrap();
+    }
+    p.flush().unwrap();
+    p.prune(30).unwrap().expect("a prune");
+    let b = p.pruned_below().unwrap();
+    assert!(b > 40 && b <= 130, "{b}");
+    let r = p.vlog_gc().unwrap();
+    assert_eq!(r.version, 160, "{r:?}");
+    assert!(r.victims_chosen > 0 && r.files_compacted > 0, "{r:?}");
+    assert_eq!(r.victims_waiting, 0, "{r:?}");
+    assert_eq!(r.live_bytes, live_bytes_of(&a), "{r:?}");
+    // The records that died between the boundary and 160 are still there: versions from `b` on read as before.
+    compare(&a, &p, 160);
+    compare_history(&a, &p);
+    for v in 161..=170 {
+        commit(&mut a, seed, v).unwrap();
+        commit(&mut p, seed, v).unwrap();
+    }
+    drop(p);
+    let p = Store::open(dp.path(), opts).unwrap();
+    assert_eq!(p.pruned_below(), Some(b));
+    compare(&a, &p, 170);
+    compare_history(&a, &p);
+}
+
 /// `vlog_gc_all` (what `letus prune --merge` runs): with the boundary at the newest version, every sealed file is
 /// compacted to exactly its live records (its table and header aside) in one pass, whatever its garbage, and the
 /// store still reads as the archive, before and after a reopen.

@@ -16,18 +16,25 @@
 //! some `x >= v` is also the state at `v`, and `v` refers to none of them.
 //!
 //! **Compacting.** A sealed file whose garbage is at least [`Options::vlog_gc_garbage`] of its record bytes is a
-//! victim: a pass takes a copy of its live bits at the version `s` they stand at. Once `B >= s`, a pass rewrites
-//! the file with only the records those bits name, at new offsets, with a table from their original offsets
-//! (`vdls/compacted.rs`): locations keep naming the original offsets, so no leaf, page or root changes and the
-//! commits do nothing for GC. By the argument above, a record no version `>= s` refers to is read by no version
-//! `>= B`. The bits of a sealed file only ever clear, so the copy taken at `s` names every record needed and a few
-//! that died since (garbage for a later compaction of the same file).
+//! victim: a pass takes a copy of its live bits at the version `s` they stand at, and rewrites the file with only
+//! the records it keeps, at new offsets, with a table from their original offsets (`vdls/compacted.rs`):
+//! locations keep naming the original offsets, so no leaf, page or root changes and the commits do nothing for
+//! GC. What it keeps: once `B >= s`, the records the bits name. By the argument above, a record no version `>= s`
+//! refers to is read by no version `>= B`; the bits of a sealed file only ever clear, so the copy taken at `s`
+//! names every record needed and a few that died since (garbage for a later compaction of the same file). Before
+//! that, while `B < s`, the bits and the records that stopped being live at a version above `B`: GC keeps those
+//! of the recent versions (`GcState::recent`, about a window's worth, bounded), and a record some version
+//! `x` in `[B, s)` refers to is either still live at `s` or stopped being live at a version in `(x, s]`. That
+//! early compaction also needs the file to lie wholly before the data file a recovery starts replaying from (a
+//! compacted file has no commit records; with `B >= s` that holds anyway, as `B` is at most the newest flushed
+//! version). So a victim is mostly compacted in the pass that chose it, without waiting a window for the boundary
+//! (at the end of a run at window 10, the files chosen at the last prune waited with all their garbage).
 //!
 //! What GC costs: one walk of the state per open, and per victim one sequential read of it and one write of its
-//! live records, on the pruner's thread. The state is in memory only (live records, retired files, victims): an
-//! open starts over from a walk.
+//! live records, on the pruner's thread. The state is in memory only (live records, retired files, victims, the
+//! recent versions' dead records): an open starts over from a walk.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 
 use super::*;
 
@@ -133,11 +140,96 @@ pub(super) struct GcState {
     walking: Option<(Version, Vec<(Version, LiveDelta)>)>,
     /// Data files the state did not refer to at the version given: deleted once it is pruned.
     retired: BTreeMap<u32, Version>,
-    /// Victims: their live records at the version given, compacted to those once it is pruned.
+    /// Victims: their live records at the version given, compacted to those once it is pruned (before, see
+    /// `recent`).
     victims: BTreeMap<u32, (Version, FileLive)>,
+    /// The records that stopped being live at each version above `recent_after`, oldest first (`None`: not known
+    /// since the open or since the accounting was dropped). Versions at or below the boundary are dropped by each
+    /// pass, and the oldest beyond [`MAX_RECENT_RECORDS`].
+    recent: VecDeque<(Version, Vec<Location>)>,
+    recent_after: Option<Version>,
+    recent_records: usize,
 }
 
 impl GcState {
+    /// Whether `recent` holds every record that died above `boundary`.
+    fn recent_covers(&self, boundary: Option<Version>) -> bool {
+        boundary.is_some_and(|b| self.recent_after.is_some_and(|r| r <= b))
+    }
+
+    /// Whether victim `id`, its bits standing at `s`, can be compacted with the boundary at `boundary`: once
+    /// `boundary >= s`; before, with the records that died above the boundary, if `recent` holds them and the file
+    /// lies wholly before `replay_file`, the data file where a recovery would start replaying (with `B >= s` that
+    /// holds already: `B` is at most the newest flushed version).
+    fn compactable(
+        &self,
+        id: u32,
+        s: Version,
+        boundary: Option<Version>,
+        replay_file: Option<u32>,
+    ) -> bool {
+        boundary.is_some_and(|b| b >= s)
+            || (self.recent_covers(boundary) && replay_file.is_some_and(|r| id < r))
+    }
+
+    /// What a compaction of file `id` keeps: `bits` (at a version `s`), and when the boundary is below `s`, the
+    /// records of the file that stopped being live above the boundary (`recent` holds only those after a pass
+    /// dropped the older ones).
+    fn kept(&self, id: u32, s: Version, bits: &FileLive, boundary: Version) -> FileLive {
+        let mut kept = bits.clone();
+        if boundary < s {
+            for (_, dead) in self.recent.iter().filter(|(v, _)| *v > boundary) {
+                for loc in dead.iter().filter(|l| l.file_id == id) {
+                    // Already there when it died after `s`.
+                    kept.set(*loc, true);
+                }
+            }
+        }
+        kept
+    }
+
+    /// Records `version`'s dead records in `recent`, dropping the oldest versions beyond the bound.
+    fn remember(&mut self, version: Version, delta: &LiveDelta) {
+        if self.recent_after.is_none() {
+            return;
+        }
+        let dead: Vec<Location> = delta
+            .iter()
+            .filter(|(_, added)| !added)
+            .map(|(l, _)| *l)
+            .collect();
+        if dead.is_empty() {
+            return;
+        }
+        self.recent_records += dead.len();
+        self.recent.push_back((version, dead));
+        while self.recent_records > MAX_RECENT_RECORDS {
+            let Some((v, d)) = self.recent.pop_front() else {
+                break;
+            };
+            self.recent_records -= d.len();
+            self.recent_after = Some(v);
+        }
+    }
+
+    /// Drops the versions at or below the boundary from `recent`.
+    fn forget_through(&mut self, boundary: Version) {
+        while self.recent.front().is_some_and(|(v, _)| *v <= boundary) {
+            if let Some((_, d)) = self.recent.pop_front() {
+                self.recent_records -= d.len();
+            }
+        }
+        if let Some(r) = &mut self.recent_after {
+            *r = (*r).max(boundary);
+        }
+    }
+
+    fn forget_recent(&mut self) {
+        self.recent.clear();
+        self.recent_records = 0;
+        self.recent_after = None;
+    }
+
     fn apply(map: &mut HashMap<u32, FileLive>, delta: &LiveDelta) -> bool {
         delta
             .iter()
@@ -196,6 +288,9 @@ pub struct VlogFileStatus {
 
 /// Leaves an accounting walk checks per hold of the engine.
 const PER_HOLD: usize = 4096;
+/// The most records [`GcState::recent`] holds (16 bytes each): beyond, its oldest versions are dropped and a victim
+/// chosen at a version `s` waits for the boundary to reach `s` instead.
+const MAX_RECENT_RECORDS: usize = 1 << 20;
 /// The most bytes of victims one pass compacts (the rest wait for the next pass, so that a prune never waits
 /// long for the pruner's thread).
 const MAX_COMPACT_BYTES_PER_PASS: u64 = 256 << 20;
@@ -293,6 +388,11 @@ impl Shared {
             at = at.max(*v);
         }
         st.live = Some((at, live));
+        st.forget_recent();
+        st.recent_after = Some(version);
+        for (v, d) in &after {
+            st.remember(*v, d);
+        }
         Ok(true)
     }
 
@@ -359,13 +459,18 @@ impl Shared {
         // 3. Retire the sealed files with nothing live; choose the victims.
         self.retire_and_choose(pass, boundary, &mut report);
 
-        // 4. Compact the victims the boundary has passed, most garbage first.
+        // 4. Compact the victims: with their bits once the boundary has passed the version those stand at, with
+        //    the records that died since the boundary as well before that.
+        let replay_file = self.engine().files.last().map(|f| f.meta().replay_from.0);
         let ready: Vec<(u32, FileLive)> = {
-            let st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(b) = boundary {
+                st.forget_through(b);
+            }
             st.victims
                 .iter()
-                .filter(|(_, (v, _))| boundary.is_some_and(|b| b >= *v))
-                .map(|(id, (_, bits))| (*id, bits.clone()))
+                .filter(|(id, (v, _))| st.compactable(**id, *v, boundary, replay_file))
+                .map(|(id, (v, bits))| (*id, st.kept(*id, *v, bits, boundary.unwrap_or(0))))
                 .collect()
         };
         let mut budget = MAX_COMPACT_BYTES_PER_PASS;
@@ -413,6 +518,10 @@ impl Shared {
         let files = self.vdls.file_sizes();
         let active = files.last().map_or(0, |f| f.id);
         let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
+        let refresh = pass.refresh
+            && st.live.as_ref().is_some_and(|(version, _)| {
+                boundary.is_some_and(|b| b >= *version) || st.recent_covers(boundary)
+            });
         let GcState {
             live,
             retired,
@@ -423,7 +532,6 @@ impl Shared {
             return;
         };
         report.version = *version;
-        let refresh = pass.refresh && boundary.is_some_and(|b| b >= *version);
         report.log_bytes = files.iter().map(|f| f.bytes).sum();
         report.live_bytes = map.values().map(|f| f.bytes).sum();
         for f in files.iter().filter(|f| f.id != active) {
@@ -487,9 +595,11 @@ impl Shared {
             }
         }
         let mut dropped = false;
+        let mut applied = false;
         if let Some((v, map)) = live {
             if version > *v {
                 if GcState::apply(map, &delta) {
+                    applied = true;
                     *v = version;
                     for &(loc, _) in &delta {
                         let id = loc.file_id;
@@ -502,9 +612,13 @@ impl Shared {
                 }
             }
         }
+        if applied {
+            st.remember(version, &delta);
+        }
         if dropped {
             st.live = None;
             st.victims.clear();
+            st.forget_recent();
         }
     }
 }
