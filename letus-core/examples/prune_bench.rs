@@ -56,8 +56,8 @@ struct Args {
     /// are cut, hence how finely the boundary moves).
     #[arg(long, default_value_t = 500)]
     max_replay_millis: u64,
-    /// `Options::prune_garbage_ratio` of the pruned stores.
-    #[arg(long, default_value_t = 1.0)]
+    /// `Options::prune_garbage_ratio` of the pruned stores (default: the engine's).
+    #[arg(long, default_value_t = letus_core::Options::default().prune_garbage_ratio)]
     prune_garbage_ratio: f64,
     /// `Options::vlog_gc_garbage` of the pruned stores.
     #[arg(long, default_value_t = 0.33)]

@@ -50,13 +50,13 @@ pub struct ServeArgs {
     #[arg(long, env = "LETUS_KEEP_VERSIONS")]
     pub keep_versions: Option<u64>,
     /// With --keep-versions: prune once the index files below the window hold this many times the bytes of one
-    /// copy of the state's pages (default 1.0; 0 prunes as soon as an index file lies below the window: least
+    /// copy of the state's pages (default 2.0; 0 prunes as soon as an index file lies below the window: least
     /// disk, most pruning work).
     #[arg(long, env = "LETUS_PRUNE_GARBAGE_RATIO")]
     pub prune_garbage_ratio: Option<f64>,
-    /// With --keep-versions: value-log GC compacts a sealed value-log file to its live records once at least
-    /// this fraction of its bytes is garbage and the versions reading the rest are pruned (default 0.33; 1
-    /// compacts nothing, and only files with nothing live are deleted).
+    /// With --keep-versions: value-log GC compacts a sealed value-log file to the records the kept versions read
+    /// once at least this fraction of its bytes is garbage (default 0.33; 1 compacts nothing, and only files with
+    /// nothing live are deleted).
     #[arg(long, env = "LETUS_VLOG_GC_GARBAGE")]
     pub vlog_gc_garbage: Option<f64>,
     /// Keep the raw blocks of only the newest N versions: older block-store segments are deleted whole as the
