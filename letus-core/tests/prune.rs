@@ -553,7 +553,8 @@ fn a_power_cut_anywhere_in_a_value_log_compaction_loses_nothing() {
         for v in 1..=versions {
             commit(&mut s, seed, v).unwrap();
         }
-        s.prune(20).unwrap().unwrap();
+        // Not pruned: the first pass of `ready` then chooses victims that wait for the boundary (a pruned
+        // store's first pass would compact them at once, from the records the log's tail says died above it).
         s.close().unwrap();
     }
     let copy = |to: &Path| {
@@ -694,14 +695,15 @@ fn the_pruner_compacts_value_log_files_between_prunes() {
         commit(&mut a, seed, v).unwrap();
         commit(&mut p, seed, v).unwrap();
     }
-    p.prune(keep).unwrap().expect("a first prune");
     // The first pass after the open walks the state (from here the commits keep the live bytes) and chooses
-    // victims, which wait for the boundary to pass the newest version.
+    // victims. The store was never pruned, so no record that died above a boundary is known (nor read from the
+    // log): they wait for the boundary to pass the newest version.
     let r = p.vlog_gc().unwrap();
     assert!(
         r.walked && r.victims_chosen > 0 && r.files_compacted == 0,
         "{r:?}"
     );
+    p.prune(keep).unwrap().expect("a first prune");
     let (first, prunes) = (p.pruned_below().unwrap(), p.metrics().prunes);
     assert!(first <= 60 - keep, "{first}");
     let before = p.metrics().vlog_files_compacted;
@@ -733,7 +735,8 @@ fn the_pruner_compacts_value_log_files_between_prunes() {
 
 /// A victim chosen at a version above the boundary is compacted in the pass that chose it, without waiting for the
 /// boundary to pass that version: it keeps the records live then and those that died above the boundary, so every
-/// version the store keeps still reads as the archive's, before and after a reopen.
+/// version the store keeps still reads as the archive's, before and after a reopen. After a reopen (what `letus
+/// prune` on a stopped node does), the first pass finds those records in the value log's tail.
 #[test]
 fn victims_above_the_boundary_are_compacted_at_once() {
     let (da, dp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -771,9 +774,32 @@ fn victims_above_the_boundary_are_compacted_at_once() {
         commit(&mut p, seed, v).unwrap();
     }
     drop(p);
-    let p = Store::open(dp.path(), opts).unwrap();
+    let mut p = Store::open(dp.path(), opts.clone()).unwrap();
     assert_eq!(p.pruned_below(), Some(b));
     compare(&a, &p, 170);
+    compare_history(&a, &p);
+
+    // After a reopen GC knows nothing of the records that died above the boundary: the first pass reads them
+    // from the value log's tail (each record names the one it replaced), so its victims are compacted at once too.
+    for v in 171..=260 {
+        commit(&mut a, seed, v).unwrap();
+        commit(&mut p, seed, v).unwrap();
+    }
+    p.flush().unwrap();
+    p.prune(30).unwrap().expect("a prune");
+    let b = p.pruned_below().unwrap();
+    assert!(b > 170 && b <= 230, "{b}");
+    drop(p);
+    let p = Store::open(dp.path(), opts.clone()).unwrap();
+    let r = p.vlog_gc().unwrap();
+    assert!(r.walked && r.files_compacted > 0, "{r:?}");
+    assert_eq!(r.victims_waiting, 0, "{r:?}");
+    assert_eq!(r.live_bytes, live_bytes_of(&a), "{r:?}");
+    compare(&a, &p, 260);
+    compare_history(&a, &p);
+    drop(p);
+    let p = Store::open(dp.path(), opts).unwrap();
+    compare(&a, &p, 260);
     compare_history(&a, &p);
 }
 

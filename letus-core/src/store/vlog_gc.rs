@@ -23,7 +23,8 @@
 //! refers to is read by no version `>= B`; the bits of a sealed file only ever clear, so the copy taken at `s`
 //! names every record needed and a few that died since (garbage for a later compaction of the same file). Before
 //! that, while `B < s`, the bits and the records that stopped being live at a version above `B`: GC keeps those
-//! of the recent versions (`GcState::recent`, about a window's worth, bounded), and a record some version
+//! of the recent versions (`GcState::recent`, about a window's worth, bounded; after an open, read from the value
+//! log's tail, where each record names the one it replaced), and a record some version
 //! `x` in `[B, s)` refers to is either still live at `s` or stopped being live at a version in `(x, s]`. That
 //! early compaction also needs the file to lie wholly before the data file a recovery starts replaying from (a
 //! compacted file has no commit records; with `B >= s` that holds anyway, as `B` is at most the newest flushed
@@ -291,6 +292,9 @@ const PER_HOLD: usize = 4096;
 /// The most records [`GcState::recent`] holds (16 bytes each): beyond, its oldest versions are dropped and a victim
 /// chosen at a version `s` waits for the boundary to reach `s` instead.
 const MAX_RECENT_RECORDS: usize = 1 << 20;
+/// The most bytes of value log the first pass after an open reads to find the records that died above the
+/// boundary (beyond, its victims wait for the boundary as before).
+const MAX_SEED_SCAN_BYTES: u64 = 1 << 30;
 /// The most bytes of victims one pass compacts (the rest wait for the next pass, so that a prune never waits
 /// long for the pruner's thread).
 const MAX_COMPACT_BYTES_PER_PASS: u64 = 256 << 20;
@@ -363,9 +367,14 @@ impl Shared {
         let walked = self.for_each_leaf(version, &mut |_, l| {
             twice |= !live.entry(l.loc.file_id).or_default().set(l.loc, true);
         });
+        let seed = match walked {
+            Ok(()) => self.dead_above_boundary(version),
+            Err(_) => Ok(None),
+        };
         let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
         let (_, after) = st.walking.take().unwrap_or((version, Vec::new()));
         walked?;
+        let seed = seed?;
         for l in tombstones {
             twice |= !live.entry(l.file_id).or_default().set(l, true);
         }
@@ -389,11 +398,86 @@ impl Shared {
         }
         st.live = Some((at, live));
         st.forget_recent();
-        st.recent_after = Some(version);
+        // The records that died above the boundary up to `version`, when the log's tail was read for them;
+        // otherwise from `version` on only (the victims of this pass then wait for the boundary).
+        match seed {
+            Some((after_version, dead)) => {
+                st.recent_after = Some(after_version);
+                for (v, locs) in dead {
+                    let delta: LiveDelta = locs.into_iter().map(|l| (l, false)).collect();
+                    st.remember(v, &delta);
+                }
+            }
+            None => st.recent_after = Some(version),
+        }
         for (v, d) in &after {
             st.remember(*v, d);
         }
         Ok(true)
+    }
+
+    /// The records that stopped being live at each version in `(b, version]`, for `b` at or below the prune
+    /// boundary: read from the value log's tail, as each Put or Delete names the record it replaces (`prev`).
+    /// `b` is the last version of the newest index file at or below the boundary, whose `replay_from` is where
+    /// the records of the versions after it start. `None` when the store was never pruned, the tail is longer
+    /// than [`MAX_SEED_SCAN_BYTES`], it holds moved records of an older build (their group's version is not in
+    /// the record), or more than [`MAX_RECENT_RECORDS`] died.
+    #[allow(clippy::type_complexity)]
+    fn dead_above_boundary(
+        &self,
+        version: Version,
+    ) -> Result<Option<(Version, BTreeMap<Version, Vec<Location>>)>> {
+        let (b, start) = {
+            let e = self.engine();
+            let Some(boundary) = e.pruned_below else {
+                return Ok(None);
+            };
+            let Some(f) = e
+                .files
+                .iter()
+                .rev()
+                .find(|f| f.meta().max_version <= boundary)
+            else {
+                return Ok(None);
+            };
+            (f.meta().max_version, f.meta().replay_from.0)
+        };
+        let files: Vec<u32> = {
+            let sizes = self.vdls.file_sizes();
+            if sizes
+                .iter()
+                .filter(|f| f.id >= start)
+                .map(|f| f.bytes)
+                .sum::<u64>()
+                > MAX_SEED_SCAN_BYTES
+            {
+                return Ok(None);
+            }
+            sizes
+                .iter()
+                .filter(|f| f.id >= start)
+                .map(|f| f.id)
+                .collect()
+        };
+        let mut dead: BTreeMap<Version, Vec<Location>> = BTreeMap::new();
+        let (mut n, mut moved) = (0usize, false);
+        for id in files {
+            self.vdls.scan_file(id, &mut |_, rec, is_moved| {
+                moved |= is_moved;
+                let w = rec.version();
+                if w > b && w <= version {
+                    if let Some(p) = rec.prev() {
+                        dead.entry(w).or_default().push(p);
+                        n += 1;
+                    }
+                }
+                Ok(())
+            })?;
+            if moved || n > MAX_RECENT_RECORDS {
+                return Ok(None);
+            }
+        }
+        Ok(Some((b, dead)))
     }
 
     fn engine_dir_vdls(&self) -> PathBuf {

@@ -438,6 +438,59 @@ impl VdlsReader {
             .contains(&id)
     }
 
+    /// Calls `f` with every committed Put and Delete record of data file `id` (the active one included, up to its
+    /// last commit), in file order, reading it a MiB at a time, and whether it is a moved copy (kinds 4 and 5); a
+    /// compacted file's kept records at their original locations. Any damage is [`Error::Corrupt`]: the committed
+    /// part of a file is complete.
+    pub fn scan_file(
+        &self,
+        id: u32,
+        f: &mut dyn FnMut(Location, &Record, bool) -> Result<()>,
+    ) -> Result<()> {
+        let file = self.file(id, HEADER_LEN)?;
+        if let Some((remap, size)) = &file.compacted {
+            let mut r = recovery::Reader::new(&*file.file, &file.path, *size, &self.counters);
+            for e in remap.entries() {
+                let bytes = r.get(e.at, e.len as usize)?;
+                match record::decode(bytes, id, e.original) {
+                    Ok(d) => f(
+                        Location {
+                            file_id: id,
+                            offset: e.original,
+                            len: e.len,
+                        },
+                        &d.rec,
+                        d.moved,
+                    )?,
+                    Err(record::DecodeError::Damaged(w) | record::DecodeError::Malformed(w)) => {
+                        return Err(Error::corrupt(&file.path, e.at, w))
+                    }
+                }
+            }
+            return Ok(());
+        }
+        let len = file.len();
+        let mut r = recovery::Reader::new(&*file.file, &file.path, len, &self.counters);
+        let mut o = HEADER_LEN;
+        while o < len {
+            match recovery::next_record(&mut r, id, o)? {
+                recovery::Step::Record(d, n) => {
+                    if d.group.is_none() {
+                        let loc = Location {
+                            file_id: id,
+                            offset: o,
+                            len: n,
+                        };
+                        f(loc, &d.rec, d.moved)?;
+                    }
+                    o += u64::from(n);
+                }
+                recovery::Step::Damaged(why) => return Err(Error::corrupt(&file.path, o, why)),
+            }
+        }
+        Ok(())
+    }
+
     /// Compacts sealed data file `id` (FORMAT.md §1.6): writes `NNNNNN.vdc` with the Put and Delete records whose
     /// original offset `keep` accepts, which must come to `live_bytes` (the caller's accounting: a difference is
     /// [`Error::Corrupt`] and nothing changes), puts it in the file list in place of the file, and removes the
