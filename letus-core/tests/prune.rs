@@ -540,6 +540,21 @@ fn value_log_gc_deletes_files_no_kept_version_reads_and_compacts_the_rest() {
 
 #[test]
 fn a_power_cut_anywhere_in_a_value_log_compaction_loses_nothing() {
+    power_cut_anywhere_in_a_compacting_pass(false);
+}
+
+/// The same for a compaction with the boundary below the version the victims were chosen at: the first pass after
+/// reopening a pruned store, which reads the records that died above the boundary from the value log's tail.
+#[test]
+fn a_power_cut_anywhere_in_an_early_compaction_loses_nothing() {
+    power_cut_anywhere_in_a_compacting_pass(true);
+}
+
+/// Cuts power at every mutation of a GC pass that compacts (with the seam's fault injector), then reopens, compares
+/// with an archive at every version kept, and commits more. `early`: the store was pruned with a window before, and
+/// the pass is the first after the open, compacting victims chosen above the boundary; otherwise the victims were
+/// chosen by an earlier pass and the boundary has passed them.
+fn power_cut_anywhere_in_a_compacting_pass(early: bool) {
     let seed = 13;
     let versions = 120;
     let da = tempfile::tempdir().unwrap();
@@ -553,8 +568,12 @@ fn a_power_cut_anywhere_in_a_value_log_compaction_loses_nothing() {
         for v in 1..=versions {
             commit(&mut s, seed, v).unwrap();
         }
-        // Not pruned: the first pass of `ready` then chooses victims that wait for the boundary (a pruned
-        // store's first pass would compact them at once, from the records the log's tail says died above it).
+        // Not pruned unless `early`: the first pass of `ready` then chooses victims that wait for the boundary (a
+        // pruned store's first pass compacts them at once, from the records the log's tail says died above it).
+        if early {
+            s.flush().unwrap();
+            s.prune(20).unwrap().unwrap();
+        }
         s.close().unwrap();
     }
     let copy = |to: &Path| {
@@ -568,9 +587,13 @@ fn a_power_cut_anywhere_in_a_value_log_compaction_loses_nothing() {
             }
         }
     };
-    // Chooses victims at the newest version, commits more, and moves the boundary past it: the next pass
-    // compacts them (and deletes the files that died meanwhile).
+    let head = if early { versions } else { versions + 5 };
+    // Unless `early`: chooses victims at the newest version, commits more, and moves the boundary past it: the
+    // next pass compacts them (and deletes the files that died meanwhile).
     let ready = |s: &mut Store| {
+        if early {
+            return;
+        }
         // The first pass finds the live bytes by a walk and chooses the victims.
         let first = s.vlog_gc().unwrap();
         assert!(first.walked && first.victims_chosen > 0, "{first:?}");
@@ -590,6 +613,9 @@ fn a_power_cut_anywhere_in_a_value_log_compaction_loses_nothing() {
         fs.reset_counts();
         let r = s.vlog_gc().unwrap();
         assert!(r.files_compacted > 0, "{r:?}");
+        if early {
+            assert!(r.walked && s.pruned_below().unwrap() < r.version, "{r:?}");
+        }
         fs.counts().of(Fault::PowerCut)
     };
     assert!(mutations >= 4, "{mutations}");
@@ -616,8 +642,8 @@ fn a_power_cut_anywhere_in_a_value_log_compaction_loses_nothing() {
             "{before:?} -> {after:?}"
         );
         *outcomes.entry(after != before).or_insert(0) += 1;
-        compare(&a, &s, versions + 5);
-        for v in versions + 6..=versions + 10 {
+        compare(&a, &s, head);
+        for v in head + 1..=versions + 10 {
             commit(&mut s, seed, v).unwrap();
             assert_eq!(s.digest(0, v).unwrap(), a.digest(0, v).unwrap());
         }
