@@ -28,6 +28,7 @@ use crate::storage::SharedStorage;
 
 use super::block_cache::BlockCache;
 use super::page_key::{PageId, PageKey, PageKind, MAX_PAGE_DEPTH};
+use super::sequential;
 use crate::varint;
 
 /// The magic number at the start of the header and at the end of the footer.
@@ -918,12 +919,27 @@ impl IndexFile {
 
     /// The index block holding the greatest key `<= key` and that entry's position in it.
     fn floor_slot(&self, key: &PageKey) -> Result<Option<(Arc<IndexBlock>, usize)>> {
-        // The last index block whose first key is <= key holds the floor: the next block starts above key.
-        let i = self.lookup.partition_point(|l| l.first_key <= *key);
+        // The last index block whose first key is <= key holds the floor: the next block starts above key. In a
+        // sequential scope that is most often the block used last.
+        let covers = |n: usize| {
+            self.lookup.get(n).is_some_and(|l| l.first_key <= *key)
+                && self.lookup.get(n + 1).is_none_or(|l| l.first_key > *key)
+        };
+        let i = match sequential::active()
+            .then(|| sequential::last_block_number(self.file_no))
+            .flatten()
+        {
+            Some(n) if covers(n) => n + 1,
+            _ => self.lookup.partition_point(|l| l.first_key <= *key),
+        };
         if i == 0 {
             return Ok(None);
         }
-        let block = self.block(i - 1)?;
+        let block = if sequential::active() {
+            self.block_sequential(i - 1)?
+        } else {
+            self.block(i - 1)?
+        };
         let j = block.entries.partition_point(|e| e.key <= *key);
         // j >= 1: the block's first key equals the lookup's first key (checked when parsed), which is <= key.
         Ok(j.checked_sub(1).map(|j| (block, j)))
@@ -1006,6 +1022,40 @@ impl IndexFile {
         Ok(block)
     }
 
+    /// [`IndexFile::block`] in a [`sequential::Sequential`] scope: the block used last in this file when it is
+    /// that one, else the cached block, else the block read without adding it to the cache.
+    fn block_sequential(&self, i: usize) -> Result<Arc<IndexBlock>> {
+        if let Some(b) = sequential::last_block(self.file_no, i) {
+            return Ok(b);
+        }
+        let b = match self.cache.get(self.file_no, self.lookup[i].offset) {
+            Some(b) => {
+                Counters::add(&self.counters.block_cache_hits, 1);
+                b
+            }
+            None => Arc::new(self.read_block(i)?),
+        };
+        sequential::remember_block(self.file_no, i, &b);
+        Ok(b)
+    }
+
+    /// The bytes `[lo, hi)` of the page region: from the [`sequential::Sequential`] scope's window when one is
+    /// open, else with one read.
+    fn read_pages(&self, lo: u64, hi: u64) -> Result<Vec<u8>> {
+        let read = |at: u64, buf: &mut [u8]| -> Result<()> {
+            let file = self.cache.file(self.file_no, &self.path)?;
+            fsutil::read_exact_at(&*file, &self.path, buf, at)?;
+            Counters::add(&self.counters.bytes_read, buf.len() as u64);
+            Ok(())
+        };
+        if let Some(bytes) = sequential::read_span(self.file_no, lo, hi, self.pages_end, read) {
+            return bytes;
+        }
+        let mut buf = vec![0u8; usize::try_from(hi.saturating_sub(lo)).unwrap_or(0)];
+        read(lo, &mut buf)?;
+        Ok(buf)
+    }
+
     /// Reads, checks and decodes index block `i`.
     fn read_block(&self, i: usize) -> Result<IndexBlock> {
         let l = self.lookup[i];
@@ -1042,7 +1092,9 @@ impl IndexFile {
             };
             let versions_ok =
                 e.key.version >= self.meta.min_version && e.key.version <= self.meta.max_version;
-            if !in_bounds || !ordered || !versions_ok {
+            // A base file (format 4) holds BasePages only; its readers rely on it (§2.9).
+            let kind_ok = !self.bases_only || e.key.kind == PageKind::Base;
+            if !in_bounds || !ordered || !versions_ok || !kind_ok {
                 return Err(corrupt(at, format!("inconsistent index entry {e:?}")));
             }
             entries.push(e);
@@ -1082,12 +1134,8 @@ impl IndexFile {
     fn read_record(&self, e: &IndexEntry) -> Result<Vec<u8>> {
         // e.len <= MAX_RECORD_LEN and the block lies inside the page region: checked when the index block was
         // parsed.
-        let total = PAGE_BLOCK_HEADER_LEN as usize + e.len as usize;
-        let mut buf = vec![0u8; total];
-        let file = self.cache.file(self.file_no, &self.path)?;
-        fsutil::read_exact_at(&*file, &self.path, &mut buf, e.offset)?;
+        let mut buf = self.read_pages(e.offset, e.end())?;
         Counters::add(&self.counters.page_reads, 1);
-        Counters::add(&self.counters.bytes_read, total as u64);
         self.check_record(e, &buf)?;
         buf.drain(..PAGE_BLOCK_HEADER_LEN as usize);
         Ok(buf)
@@ -1103,11 +1151,8 @@ impl IndexFile {
         if entries.len() < 2 || hi - lo > MAX_SPAN_READ {
             return entries.iter().map(|e| self.read_record(e)).collect();
         }
-        let mut buf = vec![0u8; usize::try_from(hi - lo).unwrap_or(0)];
-        let file = self.cache.file(self.file_no, &self.path)?;
-        fsutil::read_exact_at(&*file, &self.path, &mut buf, lo)?;
+        let buf = self.read_pages(lo, hi)?;
         Counters::add(&self.counters.page_reads, entries.len() as u64);
-        Counters::add(&self.counters.bytes_read, hi - lo);
         entries
             .iter()
             .map(|e| {

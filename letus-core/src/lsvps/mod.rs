@@ -11,6 +11,7 @@
 //!   records, plus a BasePage under every DeltaPage chain that began in an older file; see the store's
 //!   `consolidate` module), under a new name ([`index_file_name`]).
 //! - [`BlockCache`]: decoded index blocks shared by all files, bounded in bytes.
+//! - [`Sequential`]: a scope in which one thread's reads of index files, made in key order, read ahead.
 //!
 //! Page records are opaque byte strings here; the trie module encodes them. The byte layout, the checksums and the
 //! crash argument are in `letus-core/FORMAT.md §2`.
@@ -19,6 +20,7 @@ mod block_cache;
 mod index_file;
 mod mem_index;
 mod page_key;
+mod sequential;
 
 #[cfg(test)]
 mod tests;
@@ -35,6 +37,7 @@ pub use mem_index::MemIndexTable;
 #[cfg(test)]
 pub use mem_index::ENTRY_OVERHEAD;
 pub use page_key::{PageId, PageKey, PageKind};
+pub(crate) use sequential::Sequential;
 
 /// The name of generation `generation` of index file `no`: `NNNNNN.idx` for the one a flush writes (generation
 /// 0), `NNNNNN.G.idx` for a consolidated one (FORMAT.md §2.8).

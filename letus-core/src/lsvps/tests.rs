@@ -789,4 +789,25 @@ fn lsvps_a_base_file_is_format_4_and_holds_base_pages_only() {
         &index_file::WRITE_FORMAT_VERSION.to_le_bytes()
     );
     assert!(!open(&plain, 1, 1 << 20).unwrap().bases_only());
+
+    // A file that says format 4 but holds a DeltaPage is corrupt where that page's index block is read: a
+    // reader of a base file answers DeltaPage keys with BasePages, so it must never find one.
+    let (relabelled, model) = small_file(dir.path(), "000005.1.idx");
+    let delta = *model
+        .keys()
+        .find(|k| k.kind == PageKind::Delta)
+        .expect("the random model has DeltaPages");
+    let mut bytes = std::fs::read(&relabelled).unwrap();
+    let format = index_file::BASES_ONLY_VERSION.to_le_bytes();
+    bytes[8..12].copy_from_slice(&format);
+    let crc = crate::fsutil::crc(&bytes[0..12]);
+    bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+    let footer = bytes.len() - FOOTER_LEN as usize;
+    bytes[footer + 64..footer + 68].copy_from_slice(&format);
+    let crc = crate::fsutil::crc(&bytes[footer..footer + 68]);
+    bytes[footer + 68..footer + 72].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&relabelled, &bytes).unwrap();
+    let f = open(&relabelled, 2, 1 << 20).unwrap();
+    assert!(f.bases_only());
+    assert_corrupt(f.get(&delta), &relabelled);
 }

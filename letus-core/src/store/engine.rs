@@ -264,21 +264,35 @@ impl Engine {
         }
     }
 
-    /// The record stored under `key`. A base file of [`crate::lsvps::index_file::BASES_ONLY_VERSION`] answers a
-    /// DeltaPage key with the BasePage of the same version that stands for it there (FORMAT.md §2.9): the page's
-    /// state at the base file's boundary, which is what a later record naming that DeltaPage continues from.
-    pub(super) fn exact(&self, key: &PageKey) -> Result<Option<(Vec<u8>, PathBuf)>> {
+    /// The key of the newest record of `key`'s page at or below its version, without reading the record.
+    pub(super) fn floor_key(&self, key: &PageKey) -> Result<Option<PageKey>> {
         match self.segment(key.version) {
-            Segment::File(f) if f.bases_only() && key.kind == PageKind::Delta => {
-                let base = PageKey {
-                    kind: PageKind::Base,
-                    ..*key
-                };
-                Ok(f.get(&base)?.map(|v| (v, f.path().to_path_buf())))
-            }
-            Segment::File(f) => Ok(f.get(key)?.map(|v| (v, f.path().to_path_buf()))),
+            Segment::File(f) => Ok(f.locate(key)?.map(|e| e.key)),
+            Segment::Table(t) => Ok(t.floor(key).map(|(k, _)| k)),
+        }
+    }
+
+    /// The key under which the record named `key` is stored. A base file of
+    /// [`crate::lsvps::index_file::BASES_ONLY_VERSION`] answers a DeltaPage key with the BasePage of the same
+    /// version that stands for it there (FORMAT.md §2.9): the page's state at the base file's boundary, which is
+    /// what a later record naming that DeltaPage continues from.
+    pub(super) fn stored_key(&self, key: &PageKey) -> PageKey {
+        match self.segment(key.version) {
+            Segment::File(f) if f.bases_only() && key.kind == PageKind::Delta => PageKey {
+                kind: PageKind::Base,
+                ..*key
+            },
+            _ => *key,
+        }
+    }
+
+    /// The record named `key` (see [`Engine::stored_key`]).
+    pub(super) fn exact(&self, key: &PageKey) -> Result<Option<(Vec<u8>, PathBuf)>> {
+        let key = self.stored_key(key);
+        match self.segment(key.version) {
+            Segment::File(f) => Ok(f.get(&key)?.map(|v| (v, f.path().to_path_buf()))),
             Segment::Table(t) => Ok(t
-                .get(key)
+                .get(&key)
                 .map(|v| (v.to_vec(), self.dir.join("lsvps/memtable")))),
         }
     }
@@ -371,10 +385,8 @@ impl Engine {
             if guard > 1_000_000 {
                 return Err(bad(&path, "delta chain does not end"));
             }
-            let mut key = PageKey::new(tid, id, prev.0, prev.1);
-            if matches!(self.segment(key.version), Segment::File(f) if f.bases_only()) {
-                key.kind = PageKind::Base; // as `exact` answers it, and as a prefetch found it
-            }
+            // Under the key it is stored as: as `exact` answers it, and as a prefetch found it.
+            let key = self.stored_key(&PageKey::new(tid, id, prev.0, prev.1));
             // A rebase DeltaPage skips to the BasePage it is relative to, unless its predecessor was read with the
             // head already (the rest of that chain then costs no read), or that BasePage is gone (pruned): then
             // the chain goes on through `prev`, whose records its first entry assigns over.

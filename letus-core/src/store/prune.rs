@@ -367,6 +367,9 @@ impl Shared {
         progress: &mut dyn FnMut(u64),
     ) -> Result<(FileMeta, u64)> {
         let mut w = IndexFileWriter::create_bases_only(fs, tmp, counters.clone())?;
+        // Each level's pages come in prefix order, so in every file the records read come in the order they
+        // are stored: read ahead, and leave the block cache to the commits.
+        let _sequential = crate::lsvps::Sequential::begin();
         let (mut records, mut pages, mut min_version) = (0u64, 0u64, boundary);
         for &(tid, root_version) in roots.iter().filter(|(_, v)| *v > skip) {
             let mut level = vec![(PageId::ROOT, root_version)];
@@ -437,20 +440,15 @@ fn base_record(
         Some(v) => v,
         None => {
             let probe = PageKey::new(tid, id, version, PageKind::Delta);
-            let missing = |path: PathBuf| {
-                Error::corrupt(
-                    path,
-                    0,
-                    format!("page {id:?} of trie {tid} has no record at version {version}"),
-                )
-            };
-            let (key, _, path, _) = e
-                .floor(&probe)?
-                .ok_or_else(|| missing(e.dir.join("lsvps")))?;
-            if !key.same_page(&probe) {
-                return Err(missing(path));
-            }
-            key.version
+            e.floor_key(&probe)?
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        e.dir.join("lsvps"),
+                        0,
+                        format!("page {id:?} of trie {tid} has no record at version {version}"),
+                    )
+                })?
+                .version
         }
     };
     if key_version > version {
