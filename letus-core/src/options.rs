@@ -62,12 +62,13 @@ pub struct Options {
     /// prune), for up to one more copy of the state's pages on disk between prunes.
     pub prune_garbage_ratio: f64,
     /// Value-log GC ([`crate::Store::vlog_gc`]): a sealed value-log file whose bytes are at least this fraction
-    /// garbage (not referenced by the newest state) is compacted to the records the versions from the prune
-    /// boundary on read (on the pruner's thread; commits do nothing for it). Files with nothing live are
-    /// deleted whatever this is. `1.0` compacts nothing. A threshold `g` bounds the sealed files to `1 / (1 - g)`
-    /// times their live bytes (the default `0.33`: 1.5x), and each compaction of a file copies at most `1 - g`
-    /// of it, so a byte that outlives every compaction of its file is copied at most `(1 - g) / g` times (about
-    /// twice at the default; `0.5`: once, for at most 2x the live bytes).
+    /// garbage a compaction can give back (records neither the newest state nor a version from the prune
+    /// boundary on reads) is compacted to the records those versions read (on the pruner's thread; commits do
+    /// nothing for it). Files with nothing live are deleted whatever this is. `1.0` compacts nothing. A
+    /// threshold `g` bounds the sealed files to `1 / (1 - g)` times the bytes the retained versions read (the
+    /// default `0.33`: 1.5x; with a window, the live bytes plus the values overwritten within it), and each
+    /// compaction of a file copies at most `1 - g` of it, so a byte that outlives every compaction of its file
+    /// is copied at most `(1 - g) / g` times (about twice at the default; `0.5`: once).
     pub vlog_gc_garbage: f64,
     /// Bytes of the memory budget given to the latest-value index (`store/latest_index.rs`): where each key's
     /// newest value record is, so that a `get` (or `get_many`) at the latest version reads one value record and

@@ -15,8 +15,9 @@
 //! or newer than `B`. The file is sealed, so every record in it is older than `v`; a record that is the state at
 //! some `x >= v` is also the state at `v`, and `v` refers to none of them.
 //!
-//! **Compacting.** A sealed file whose garbage is at least [`Options::vlog_gc_garbage`] of its record bytes is a
-//! victim: a pass takes a copy of its live bits at the version `s` they stand at, and rewrites the file with only
+//! **Compacting.** A sealed file whose garbage a compaction can give back is at least
+//! [`Options::vlog_gc_garbage`] of its record bytes is a victim (its records not live, less those that died
+//! above `B` while `recent` holds them, which an early compaction keeps: see below and `GcState::held_back`): a pass takes a copy of its live bits at the version `s` they stand at, and rewrites the file with only
 //! the records it keeps, at new offsets, with a table from their original offsets (`vdls/compacted.rs`):
 //! locations keep naming the original offsets, so no leaf, page or root changes and the commits do nothing for
 //! GC. What it keeps: once `B >= s`, the records the bits name. By the argument above, a record no version `>= s`
@@ -187,6 +188,24 @@ impl GcState {
             }
         }
         kept
+    }
+
+    /// For each file, the bytes of its records that stopped being live above `boundary`, when `recent` holds them
+    /// all (else none): a compaction before the boundary passes the victim's version keeps those (`kept`), so
+    /// they are not garbage it can give back. Choosing victims by what they give back keeps a file whose garbage
+    /// is still inside the window from being compacted for nothing, and again once the window has passed (at
+    /// window 100, that made up most of the value log's write amplification).
+    fn held_back(&self, boundary: Option<Version>) -> HashMap<u32, u64> {
+        let mut held = HashMap::new();
+        let Some(b) = boundary.filter(|_| self.recent_covers(boundary)) else {
+            return held;
+        };
+        for (_, dead) in self.recent.iter().filter(|(v, _)| *v > b) {
+            for loc in dead {
+                *held.entry(loc.file_id).or_insert(0) += u64::from(loc.len);
+            }
+        }
+        held
     }
 
     /// Records `version`'s dead records in `recent`, dropping the oldest versions beyond the bound.
@@ -606,6 +625,7 @@ impl Shared {
             && st.live.as_ref().is_some_and(|(version, _)| {
                 boundary.is_some_and(|b| b >= *version) || st.recent_covers(boundary)
             });
+        let held_back = st.held_back(boundary);
         let GcState {
             live,
             retired,
@@ -627,7 +647,11 @@ impl Shared {
             } else if pass.scan
                 && pass.garbage < 1.0
                 && (refresh || !victims.contains_key(&f.id))
-                && f.records.saturating_sub(l) as f64 >= pass.garbage * f.records as f64
+                && f.records
+                    .saturating_sub(l)
+                    .saturating_sub(held_back.get(&f.id).copied().unwrap_or(0))
+                    as f64
+                    >= pass.garbage * f.records as f64
             {
                 victims.insert(f.id, (*version, live_here.cloned().unwrap_or_default()));
                 report.victims_chosen += 1;
@@ -793,5 +817,39 @@ mod tests {
         ));
         assert_eq!(map[&1].bytes, 80);
         assert!(!GcState::apply(&mut map, &vec![(loc(32, 40), false)]));
+    }
+
+    #[test]
+    fn held_back_counts_the_records_that_died_above_the_boundary_per_file() {
+        let in_file = |file_id: u32, offset: u64, len: u32| Location {
+            file_id,
+            offset,
+            len,
+        };
+        let mut st = GcState::default();
+        // Not known since the open: nothing is held back (a victim then waits for the boundary, and keeps only
+        // its live records).
+        st.remember(5, &vec![(in_file(1, 32, 40), false)]);
+        assert!(st.held_back(Some(4)).is_empty());
+        st.recent_after = Some(3);
+        st.remember(
+            5,
+            &vec![(in_file(1, 32, 40), false), (in_file(9, 0, 50), true)],
+        );
+        st.remember(6, &vec![(in_file(2, 64, 70), false)]);
+        st.remember(
+            8,
+            &vec![(in_file(1, 96, 45), false), (in_file(2, 0, 33), false)],
+        );
+        // Versions above the boundary only; the records added are not counted.
+        let held = st.held_back(Some(5));
+        assert_eq!(held.get(&1), Some(&45));
+        assert_eq!(held.get(&2), Some(&(70 + 33)));
+        assert_eq!(held.get(&9), None);
+        assert_eq!(st.held_back(Some(4)).get(&1), Some(&(40 + 45)));
+        assert!(st.held_back(Some(8)).is_empty());
+        // A boundary below what `recent` covers, or none: nothing.
+        assert!(st.held_back(Some(2)).is_empty());
+        assert!(st.held_back(None).is_empty());
     }
 }
