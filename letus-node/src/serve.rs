@@ -55,8 +55,8 @@ pub struct ServeArgs {
     #[arg(long, env = "LETUS_PRUNE_GARBAGE_RATIO")]
     pub prune_garbage_ratio: Option<f64>,
     /// With --keep-versions: value-log GC compacts a sealed value-log file to the records the kept versions read
-    /// once at least this fraction of its bytes is garbage (default 0.33; 1 compacts nothing, and only files with
-    /// nothing live are deleted).
+    /// once at least this fraction of its bytes is garbage none of them reads (default 0.33; 1 compacts nothing,
+    /// and only files with nothing live are deleted).
     #[arg(long, env = "LETUS_VLOG_GC_GARBAGE")]
     pub vlog_gc_garbage: Option<f64>,
     /// Keep the raw blocks of only the newest N versions: older block-store segments are deleted whole as the
