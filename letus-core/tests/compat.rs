@@ -1,7 +1,9 @@
 //! On-disk compatibility: small stores written by the format-version-2 engine (`tests/fixtures/format-v2/`), by
-//! the format-version-6 engine (`tests/fixtures/format-v6/`, whose index files hold rebase DeltaPages) and by the
-//! format-version-7 engine (`tests/fixtures/format-v7/`, compact index blocks) are kept in the repository and
-//! must open and verify in every later version.
+//! the format-version-6 engine (`tests/fixtures/format-v6/`, whose index files hold rebase DeltaPages), by the
+//! format-version-7 engine (`tests/fixtures/format-v7/`, compact index blocks) and by the format-version-9 engine
+//! (`tests/fixtures/format-v9/`: pruned twice, so it holds base files of index-file format 4 and a prune
+//! manifest, and value-log GC left compacted `.vdc` files) are kept in the repository and must open and verify in
+//! every later version.
 //!
 //! THE FIXTURE IS THE CONTRACT. `store/` holds the files exactly as that engine left them (index files, value
 //! log files, roots and tombstone logs, a history base, and commits after the last flush that only the value log
@@ -28,11 +30,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use common::{small_options, Rng};
-use letus_core::{Digest, Frontier, Hash, Options, Store, TrieId, Version};
+use letus_core::{Digest, Error, Frontier, Hash, Options, Store, TrieId, Version};
 use letus_verify::{verify_multi_proof, verify_proof, Claim, Limits};
 
 /// The fixture this build writes (the format version of FORMAT.md).
-const WRITE_AS: &str = "format-v7";
+const WRITE_AS: &str = "format-v9";
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -47,7 +49,9 @@ fn fixtures() -> PathBuf {
 //   base <tid> <size> <height>:<hash> ...          a history base set before the first commit
 //   digest <tid> <version> <root> <history_len> <history_root>
 //   get <tid> <version> <key> <value|->            at any version (also one between two commits)
-//   history <tid> <key> <version>=<value|-> ...    a key's whole history at the latest version, newest first
+//   history <tid> <key> <version>=<value|-> ... [...]   a key's whole history at the latest version, newest
+//                                                 first; `...` at the end: older entries exist, pruned
+//   pruned <version>                              the store was pruned: the oldest version whose state it holds
 // ---------------------------------------------------------------------------------------------------------------
 
 fn hex(b: &[u8]) -> String {
@@ -101,8 +105,10 @@ struct Expected {
     digests: Vec<Digest>,
     /// `(tid, version, key, value)`.
     gets: Vec<(TrieId, Version, Vec<u8>, Value)>,
-    /// `(tid, key, history)`.
-    histories: Vec<(TrieId, Vec<u8>, Writes)>,
+    /// `(tid, key, history, whether older entries were pruned)`.
+    histories: Vec<(TrieId, Vec<u8>, Writes, bool)>,
+    /// The oldest version whose state a pruned store holds: below it, reads answer `Pruned`.
+    pruned: Option<Version>,
 }
 
 impl Expected {
@@ -141,15 +147,21 @@ impl Expected {
         for (tid, v, k, val) in &self.gets {
             out.push_str(&format!("get {tid} {v} {} {}\n", hex(k), opt_hex(val)));
         }
-        for (tid, k, entries) in &self.histories {
+        for (tid, k, entries, older) in &self.histories {
             let e: Vec<String> = entries
                 .iter()
                 .map(|(v, val)| format!("{v}={}", opt_hex(val)))
                 .collect();
             let mut line = vec![format!("history {tid} {}", hex(k))];
             line.extend(e);
+            if *older {
+                line.push("...".into());
+            }
             out.push_str(&line.join(" "));
             out.push('\n');
+        }
+        if let Some(b) = self.pruned {
+            out.push_str(&format!("pruned {b}\n"));
         }
         out
     }
@@ -191,17 +203,23 @@ impl Expected {
                     unhex(f[3]),
                     opt_unhex(f[4]),
                 )),
-                "history" if f.len() >= 3 => e.histories.push((
-                    f[1].parse().unwrap(),
-                    unhex(f[2]),
-                    f[3..]
-                        .iter()
-                        .map(|x| {
-                            let (v, val) = x.split_once('=').expect(&bad);
-                            (v.parse().unwrap(), opt_unhex(val))
-                        })
-                        .collect(),
-                )),
+                "history" if f.len() >= 3 => {
+                    let older = f.last() == Some(&"...");
+                    let entries = &f[3..f.len() - usize::from(older)];
+                    e.histories.push((
+                        f[1].parse().unwrap(),
+                        unhex(f[2]),
+                        entries
+                            .iter()
+                            .map(|x| {
+                                let (v, val) = x.split_once('=').expect(&bad);
+                                (v.parse().unwrap(), opt_unhex(val))
+                            })
+                            .collect(),
+                        older,
+                    ))
+                }
+                "pruned" if f.len() == 2 => e.pruned = Some(f[1].parse().unwrap()),
                 _ => panic!("{bad}"),
             }
         }
@@ -252,6 +270,8 @@ fn count_files(dir: &Path, ext: &str) -> usize {
 /// Everything `expected` says, checked against the open store `s`.
 fn check(s: &Store, e: &Expected) {
     assert_eq!(s.versions(), e.versions, "committed versions");
+    assert_eq!(s.pruned_below(), e.pruned, "the prune boundary");
+    let pruned = |v: Version| e.pruned.is_some_and(|b| v < b);
     assert_eq!(s.latest_version(), e.versions.last().copied());
     assert_eq!(s.tries(), e.tries, "tries at the latest version");
     let limits = Limits::default();
@@ -306,6 +326,21 @@ fn check(s: &Store, e: &Expected) {
     // Reads, with single proofs at committed versions, and one multi-proof per (trie, version).
     let mut batches: BTreeMap<(TrieId, Version), Vec<Claim>> = BTreeMap::new();
     for (tid, v, key, value) in &e.gets {
+        if pruned(*v) {
+            // Below the boundary a read is refused, with or without a proof: never a wrong answer.
+            assert!(
+                matches!(s.get(*tid, *v, key), Err(Error::Pruned { .. })),
+                "get trie {tid} version {v} key {}: pruned",
+                hex(key)
+            );
+            if e.digest(*tid, *v).is_some() {
+                assert!(matches!(
+                    s.get_proof(*tid, *v, key),
+                    Err(Error::Pruned { .. })
+                ));
+            }
+            continue;
+        }
         assert_eq!(
             s.get(*tid, *v, key).unwrap(),
             *value,
@@ -351,10 +386,13 @@ fn check(s: &Store, e: &Expected) {
         assert_eq!(read.entries().len(), claims.len());
     }
 
-    // Histories: whole, and in pages of two following the cursor.
-    for (tid, key, entries) in &e.histories {
+    // Histories: whole, and in pages of two following the cursor. Of a pruned store, a history ends with the
+    // entry that holds the key's state at the boundary; when older ones were pruned, its cursor names that entry
+    // and following it answers `Pruned`.
+    for (tid, key, entries, older) in &e.histories {
         let page = s.history(*tid, key, None, 1000).unwrap();
-        assert_eq!(page.next, None);
+        let end = older.then(|| entries.last().map(|(v, _)| *v)).flatten();
+        assert_eq!(page.next, end, "history of trie {tid} key {}", hex(key));
         let got: Vec<(Version, Option<Vec<u8>>)> = page
             .entries
             .into_iter()
@@ -368,6 +406,13 @@ fn check(s: &Store, e: &Expected) {
             assert!(p.entries.len() <= 2);
             paged.extend(p.entries.into_iter().map(|h| (h.version, h.value)));
             match p.next {
+                Some(n) if pruned(n) || e.pruned == Some(n) => {
+                    assert!(matches!(
+                        s.history(*tid, key, Some(n), 2),
+                        Err(Error::Pruned { .. })
+                    ));
+                    break;
+                }
                 Some(n) => before = Some(n),
                 None => break,
             }
@@ -394,6 +439,22 @@ fn check_fixture(src: &Path) {
         "value-log files"
     );
     assert!(dir.join("tombstones.log").is_file() && dir.join("history_base").is_file());
+    if e.pruned.is_some() {
+        assert!(dir.join("pruned").is_file(), "a prune manifest");
+        let base_files = std::fs::read_dir(dir.join("lsvps"))
+            .unwrap()
+            .filter(|f| {
+                let name = f.as_ref().unwrap().file_name();
+                let name = name.to_string_lossy();
+                name.ends_with(".idx") && name.matches('.').count() == 2
+            })
+            .count();
+        assert!(base_files >= 1, "base files (NNNNNN.G.idx)");
+        assert!(
+            count_files(&dir.join("vdls"), ".vdc") >= 1,
+            "compacted value-log files"
+        );
+    }
 
     // Default options: nothing of the writer's options is part of the format.
     let mut s = Store::open(&dir, Options::default()).unwrap();
@@ -411,8 +472,8 @@ fn check_fixture(src: &Path) {
     let (tid, readded) = e
         .histories
         .iter()
-        .find(|(_, _, h)| h.first().is_some_and(|(_, v)| v.is_none()))
-        .map(|(t, k, _)| (*t, k.clone()))
+        .find(|(_, _, h, _)| h.first().is_some_and(|(_, v)| v.is_none()))
+        .map(|(t, k, _, _)| (*t, k.clone()))
         .expect("a history of a key deleted now");
     let (ctid, _, changed, _) = e
         .gets
@@ -433,7 +494,7 @@ fn check_fixture(src: &Path) {
         d.verify_extends(old, &p).unwrap();
     }
     e2.digests.extend(digests.iter().copied());
-    for (t, k, h) in &mut e2.histories {
+    for (t, k, h, _) in &mut e2.histories {
         if *t == tid && *k == readded {
             h.insert(0, (next, Some(b"back after the upgrade".to_vec())));
         }
@@ -483,6 +544,11 @@ fn format_v6_fixture_opens_and_verifies() {
 #[test]
 fn format_v7_fixture_opens_and_verifies() {
     check_fixture(&fixtures().join("format-v7"));
+}
+
+#[test]
+fn format_v9_fixture_opens_and_verifies() {
+    check_fixture(&fixtures().join("format-v9"));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -576,6 +642,9 @@ fn write_fixture() {
     let never = b"never-written".to_vec();
     const COMMITS: u64 = 24;
     const UNFLUSHED: u64 = 5;
+    // The last prune keeps this many versions before the one it ran at.
+    const KEEP: u64 = 6;
+    let (mut compacted, mut deleted) = (0, 0);
     // Versions are not contiguous: 3, 6, 9, ... (reads between two commits see the older one).
     for i in 1..=COMMITS {
         let v = 3 * i;
@@ -678,8 +747,21 @@ fn write_fixture() {
         }
         e.tries = tries;
 
-        if i == 8 || i == COMMITS - UNFLUSHED {
+        if i == 8 || i == 16 || i == COMMITS - UNFLUSHED {
             s.flush().unwrap();
+        }
+        // Pruned twice (format 9): a first base file of the pages up to the first boundary, a second of those
+        // changed up to the second; each prune followed by a value-log GC pass, the second of which compacts the
+        // files the first chose (the boundary has passed the version they were chosen at).
+        if i == 16 || i == COMMITS - UNFLUSHED {
+            let keep = if i == 16 { 9 } else { KEEP };
+            s.prune(keep)
+                .unwrap()
+                .expect("index files below the window");
+            assert_eq!(s.pruned_below(), Some(v - keep));
+            let gc = s.vlog_gc().unwrap();
+            compacted += gc.files_compacted;
+            deleted += gc.files_deleted;
         }
         if i == 14 {
             // Dropped, not closed: the reopen replays what was not flushed.
@@ -694,15 +776,24 @@ fn write_fixture() {
     drop(s);
     std::fs::remove_file(dir.join("LOCK")).unwrap();
 
-    // Histories: every key of trie 0 and trie 3 that was ever written, a few of trie 1 and 2.
+    // Histories: every key of trie 0 and trie 3 that was ever written, a few of trie 1 and 2. Of the pruned
+    // store: the entries above the boundary, then the one that holds the key's state at it.
+    let boundary = 3 * (COMMITS - UNFLUSHED) - KEEP;
+    e.pruned = Some(boundary);
     for ((tid, key), writes) in &model.writes {
         if *tid == 0 || *tid == 3 || key.ends_with(b"0") {
             let mut h = writes.clone();
             h.reverse();
-            e.histories.push((*tid, key.clone(), h));
+            let kept = h
+                .iter()
+                .position(|(v, _)| *v <= boundary)
+                .map_or(h.len(), |i| i + 1);
+            let older = kept < h.len();
+            h.truncate(kept);
+            e.histories.push((*tid, key.clone(), h, older));
         }
     }
-    e.histories.push((1, never.clone(), Vec::new()));
+    e.histories.push((1, never.clone(), Vec::new(), false));
 
     // The store must answer what the model says before it becomes a fixture.
     let check_dir = tmp.path().join("check");
@@ -712,9 +803,11 @@ fn write_fixture() {
     let replayed = s.replayed();
     drop(s);
     println!(
-        "{} index files, {} value-log files, {} versions replayed at open, {rebases} rebase DeltaPages",
+        "{} index files, {} value-log files ({} compacted), {} versions replayed at open, {rebases} rebase \
+         DeltaPages; GC compacted {compacted} files and deleted {deleted}",
         count_files(&dir.join("lsvps"), ".idx"),
         count_files(&dir.join("vdls"), ".vdl"),
+        count_files(&dir.join("vdls"), ".vdc"),
         replayed.versions
     );
 
