@@ -17,8 +17,9 @@
 //!
 //! **Compacting.** A sealed file whose garbage a compaction can give back is at least
 //! [`Options::vlog_gc_garbage`] of its record bytes is a victim (its records not live, less those that died
-//! above `B` while `recent` holds them, which an early compaction keeps: see below and `GcState::held_back`): a pass takes a copy of its live bits at the version `s` they stand at, and rewrites the file with only
-//! the records it keeps, at new offsets, with a table from their original offsets (`vdls/compacted.rs`):
+//! above `B` while `recent` holds them, which an early compaction keeps: see below and `GcState::held_back`): a
+//! pass takes a copy of its live bits at the version `s` they stand at, and rewrites the file with only the
+//! records it keeps, at new offsets, with a table from their original offsets (`vdls/compacted.rs`):
 //! locations keep naming the original offsets, so no leaf, page or root changes and the commits do nothing for
 //! GC. What it keeps: once `B >= s`, the records the bits name. By the argument above, a record no version `>= s`
 //! refers to is read by no version `>= B`; the bits of a sealed file only ever clear, so the copy taken at `s`
