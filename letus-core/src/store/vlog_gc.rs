@@ -561,11 +561,11 @@ impl Shared {
         Counters::add(&counters.vlog_gc_passes, 1);
 
         // 3. Retire the sealed files with nothing live; choose the victims.
-        self.retire_and_choose(pass, boundary, &mut report);
+        let replay_file = self.engine().files.last().map(|f| f.meta().replay_from.0);
+        self.retire_and_choose(pass, boundary, replay_file, &mut report);
 
         // 4. Compact the victims: with their bits once the boundary has passed the version those stand at, with
         //    the records that died since the boundary as well before that.
-        let replay_file = self.engine().files.last().map(|f| f.meta().replay_from.0);
         let ready: Vec<(u32, FileLive)> = {
             let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(b) = boundary {
@@ -610,6 +610,7 @@ impl Shared {
                     ..pass
                 },
                 boundary,
+                replay_file,
                 &mut report,
             );
         }
@@ -618,7 +619,13 @@ impl Shared {
 
     /// Retires the sealed files with nothing live, chooses victims (unless `pass.garbage >= 1` or the pass does
     /// not scan), and fills in the report's figures and file list.
-    fn retire_and_choose(&self, pass: GcPass, boundary: Option<Version>, report: &mut GcReport) {
+    fn retire_and_choose(
+        &self,
+        pass: GcPass,
+        boundary: Option<Version>,
+        replay_file: Option<u32>,
+        report: &mut GcReport,
+    ) {
         let files = self.vdls.file_sizes();
         let active = files.last().map_or(0, |f| f.id);
         let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
@@ -650,8 +657,13 @@ impl Shared {
                 && (refresh || !victims.contains_key(&f.id))
                 && f.records
                     .saturating_sub(l)
-                    .saturating_sub(held_back.get(&f.id).copied().unwrap_or(0))
-                    as f64
+                    // Only a file that can be compacted before the boundary passes it keeps those records
+                    // (`compactable`); any other waits for the boundary and gives them back as well.
+                    .saturating_sub(if replay_file.is_some_and(|r| f.id < r) {
+                        held_back.get(&f.id).copied().unwrap_or(0)
+                    } else {
+                        0
+                    }) as f64
                     >= pass.garbage * f.records as f64
             {
                 victims.insert(f.id, (*version, live_here.cloned().unwrap_or_default()));
