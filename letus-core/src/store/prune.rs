@@ -74,10 +74,6 @@ fn file_number(f: &IndexFile) -> Result<(u64, u32)> {
         .ok_or_else(|| Error::corrupt(f.path(), 0, "an index file with an unexpected name"))
 }
 
-/// How many pages a base-file walk handles per hold of the engine: small, so that a commit waiting to publish
-/// waits for little.
-const PAGES_PER_HOLD: usize = 64;
-
 impl Shared {
     /// Whether the background pruner should prune now: the index files a prune would replace hold at least
     /// `ratio` times the bytes of the first base file (the last merge's: one copy of the state's pages), and at least
@@ -367,50 +363,23 @@ impl Shared {
         progress: &mut dyn FnMut(u64),
     ) -> Result<(FileMeta, u64)> {
         let mut w = IndexFileWriter::create_bases_only(fs, tmp, counters.clone())?;
-        // Each level's pages come in prefix order, so in every file the records read come in the order they
-        // are stored: read ahead, and leave the block cache to the commits.
-        let _sequential = crate::lsvps::Sequential::begin();
-        let (mut records, mut pages, mut min_version) = (0u64, 0u64, boundary);
-        for &(tid, root_version) in roots.iter().filter(|(_, v)| *v > skip) {
-            let mut level = vec![(PageId::ROOT, root_version)];
-            while !level.is_empty() {
-                let mut next = Vec::new();
-                for batch in level.chunks(PAGES_PER_HOLD) {
-                    let e = self.engine_after_writers();
-                    for &(id, version) in batch {
-                        // A page not in the cache is read without being built: its slots and the key of its
-                        // newest record are all a base file needs (building it would hash every inline branch).
-                        let (cells, head) = match e.page_cache.get(&(tid, id, version)) {
-                            Some(p) => (p.cells().to_vec(), p.head.map(|h| h.key_version)),
-                            None => {
-                                let r = e.read_slots(tid, id, version)?;
-                                (r.slots, Some(r.head_key.version))
-                            }
-                        };
-                        for (slot, cell) in &cells {
-                            // A child page at or below `skip` (with everything under it: a page's version is at
-                            // least its children's) is unchanged since then, and an older base file holds it.
-                            match cell {
-                                Cell::Page { version, .. } if *version > skip => {
-                                    let (c, g) = trie::slot_nibbles(*slot);
-                                    next.push((id.child(c, g), *version));
-                                }
-                                _ => {}
-                            }
-                        }
-                        let (key, bytes) = base_record(&e, tid, id, version, &cells, head)?;
-                        min_version = min_version.min(key.version);
-                        w.add(&key, &bytes)?;
-                        records += 1;
-                        pages += 1;
-                    }
-                    drop(e);
-                    Counters::add(&counters.pruned_pages, batch.len() as u64);
-                    progress(pages);
-                }
-                level = next;
-            }
-        }
+        let (mut records, mut min_version, mut counted) = (0u64, boundary, 0u64);
+        let pages = self.walk_pages(
+            roots,
+            skip,
+            &mut |e, p| {
+                let (key, bytes) = base_record(e, p.tid, p.id, p.version, p.cells, p.head)?;
+                min_version = min_version.min(key.version);
+                w.add(&key, &bytes)?;
+                records += 1;
+                Ok(())
+            },
+            &mut |pages| {
+                Counters::add(&counters.pruned_pages, pages - counted);
+                counted = pages;
+                progress(pages)
+            },
+        )?;
         let meta = FileMeta {
             min_version: min_version.min(skip + 1),
             max_version: boundary,

@@ -307,8 +307,6 @@ pub struct VlogFileStatus {
     pub compacted: bool,
 }
 
-/// Leaves an accounting walk checks per hold of the engine.
-const PER_HOLD: usize = 4096;
 /// The most records [`GcState::recent`] holds (16 bytes each): beyond, its oldest versions are dropped and a victim
 /// chosen at a version `s` waits for the boundary to reach `s` instead.
 const MAX_RECENT_RECORDS: usize = 1 << 20;
@@ -319,76 +317,47 @@ const MAX_SEED_SCAN_BYTES: u64 = 1 << 30;
 /// long for the pruner's thread).
 const MAX_COMPACT_BYTES_PER_PASS: u64 = 256 << 20;
 
-impl View<'_> {
-    /// Up to `max` leaves of trie `tid` at this view's version above `after`, in path order.
-    fn leaf_batch(&self, tid: TrieId, after: Option<&KeyPath>, max: usize) -> Result<Vec<Leaf>> {
-        let Some(version) = self.latest else {
-            return Ok(Vec::new());
-        };
-        let root = self.engine.root_page(tid, version)?;
-        let mut out = Vec::new();
-        trie::walk_after(&ScanSource(self.engine), tid, &root, after, &mut |leaf| {
-            out.push(*leaf);
-            Ok(out.len() < max)
-        })?;
-        Ok(out)
-    }
-}
-
 impl Shared {
-    /// Calls `f` with every leaf of every trie at `version`, a batch per hold of the engine (after any waiting
-    /// writer).
-    fn for_each_leaf(&self, version: Version, f: &mut dyn FnMut(TrieId, &Leaf)) -> Result<()> {
-        let tries: Vec<TrieId> = self.engine().tries.keys().copied().collect();
-        for tid in tries {
-            let mut after: Option<KeyPath> = None;
-            loop {
-                let batch = self.walk_view(Some(Some(version)), |v| {
-                    v.leaf_batch(tid, after.as_ref(), PER_HOLD)
-                });
-                let batch = match batch {
-                    Ok(b) => b,
-                    // A trie created after `version` has nothing there.
-                    Err(Error::UnknownTrie(_)) => break,
-                    Err(e) => return Err(e),
-                };
-                for l in &batch {
-                    f(tid, l);
-                }
-                match batch.last() {
-                    Some(l) if batch.len() == PER_HOLD => after = Some(l.path),
-                    _ => break,
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Finds the live bytes per data file by a walk of the state at the newest version, and installs them: the
     /// commits that publish meanwhile are recorded (see [`Shared::gc_committed`]) and applied after it, in the
     /// same hold of the GC state that installs the figures, so none is missed. Returns whether there was a state.
     fn walk_live(&self) -> Result<bool> {
-        let (version, tombstones) = {
+        let (version, tombstones, roots) = {
             let e = self.engine();
             let Some(&v) = e.versions.last() else {
                 return Ok(false);
             };
             let t: Vec<Location> = e.tombstones.values().copied().collect();
+            let roots: Vec<(TrieId, Version)> = e
+                .tries
+                .iter()
+                .filter_map(|(tid, t)| Some((*tid, *t.page_versions.get(t.index_at(v)?)?)))
+                .collect();
             // Under the engine, so that no commit publishes between the version read and the recording start.
             self.gc
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .walking = Some((v, Vec::new()));
-            (v, t)
+            (v, t, roots)
         };
         let dir = self.engine_dir_vdls();
         let mut live: HashMap<u32, FileLive> = HashMap::new();
         let mut twice = false;
-        let walked = self.for_each_leaf(version, &mut |_, l| {
-            twice |= !live.entry(l.loc.file_id).or_default().set(l.loc, true);
-        });
+        let walked = self.walk_pages(
+            &roots,
+            0,
+            &mut |_, p| {
+                for (_, cell) in p.cells {
+                    if let Cell::Leaf(l) = cell {
+                        twice |= !live.entry(l.loc.file_id).or_default().set(l.loc, true);
+                    }
+                }
+                Ok(())
+            },
+            &mut |_| {},
+        );
         let seed = match walked {
-            Ok(()) => self.dead_above_boundary(version),
+            Ok(_) => self.dead_above_boundary(version),
             Err(_) => Ok(None),
         };
         let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
