@@ -232,6 +232,36 @@ impl PageSource for ScanSource<'_> {
     }
 }
 
+/// A page's slots as [`ScanSource`] reads them: from the page cache, or read from disk without building the page.
+pub(super) enum ScanSlots {
+    Cached(Arc<Page>),
+    Read(Vec<(page::SlotNo, Cell)>),
+}
+
+impl std::ops::Deref for ScanSlots {
+    type Target = [(page::SlotNo, Cell)];
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            ScanSlots::Cached(p) => p.cells(),
+            ScanSlots::Read(v) => v,
+        }
+    }
+}
+
+impl trie::SlotSource for ScanSource<'_> {
+    type Slots = ScanSlots;
+
+    fn slots(&self, tid: TrieId, id: PageId, version: Version) -> Result<ScanSlots> {
+        if let Some(p) = self.0.page_cache.get(&(tid, id, version)) {
+            Counters::add(&self.0.counters.page_cache_hits, 1);
+            return Ok(ScanSlots::Cached(p));
+        }
+        Counters::add(&self.0.counters.page_cache_misses, 1);
+        Ok(ScanSlots::Read(self.0.read_slots(tid, id, version)?.slots))
+    }
+}
+
 impl Engine {
     /// Where records of `version` live: an index file, the table being flushed, or the MemIndexTable. Every
     /// record of index file `k` has its version in `(max_version of file k-1, max_version of file k]`, the frozen

@@ -290,13 +290,19 @@ fn fill(weak: &Weak<Shared>, stop: &AtomicBool) -> Result<()> {
             };
             let mut n = 0usize;
             let mut last = None;
-            let finished =
-                trie::walk_after(&ScanSource(&e), tid, &root, after.as_ref(), &mut |leaf| {
+            let finished = trie::walk_slots_after(
+                &ScanSource(&e),
+                tid,
+                root.id,
+                root.cells(),
+                after.as_ref(),
+                &mut |leaf| {
                     e.latest.remember(tid, &leaf.path, leaf.loc);
                     last = Some(leaf.path);
                     n += 1;
                     Ok(n < FILL_BATCH)
-                })?;
+                },
+            )?;
             Counters::add(&e.counters.latest_index_filled, n as u64);
             if finished || last.is_none() {
                 break;

@@ -30,10 +30,17 @@ impl View<'_> {
     ) -> Result<Vec<(KeyPath, Hash)>> {
         let root = self.engine.root_page(tid, self.at(version))?;
         let mut out = Vec::new();
-        trie::walk_after(&ScanSource(self.engine), tid, &root, after, &mut |leaf| {
-            out.push((leaf.path, leaf.hash()));
-            Ok(out.len() < max)
-        })?;
+        trie::walk_slots_after(
+            &ScanSource(self.engine),
+            tid,
+            root.id,
+            root.cells(),
+            after,
+            &mut |leaf| {
+                out.push((leaf.path, leaf.hash()));
+                Ok(out.len() < max)
+            },
+        )?;
         Ok(out)
     }
 
@@ -57,10 +64,11 @@ impl View<'_> {
             hash: EMPTY,
         };
         let mut leaves = Vec::new();
-        trie::walk_after(
+        trie::walk_slots_after(
             &ScanSource(self.engine),
             tid,
-            &root,
+            root.id,
+            root.cells(),
             start.as_ref(),
             &mut |leaf| {
                 if !item.covers(&leaf.path) {
@@ -261,6 +269,90 @@ mod tests {
 
     fn store(dir: &Path) -> Store {
         Store::open(dir, Options::default()).unwrap()
+    }
+
+    #[test]
+    fn a_walk_of_slots_finds_the_leaves_a_walk_of_built_pages_finds() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = store(d.path());
+        // Pages on disk (a flush), in the MemIndexTable, and in the cache, a lone root leaf in trie 1, and
+        // deletes that empty subtrees.
+        s.put(1, b"alone", b"v").unwrap();
+        for v in 1..=4u64 {
+            for i in (0..4000u64).filter(|i| v == 1 || i % 5 == v) {
+                s.put(0, &i.to_be_bytes(), &v.to_le_bytes()).unwrap();
+            }
+            if v == 3 {
+                for i in 0..300u64 {
+                    s.delete(0, &(i * 7).to_be_bytes()).unwrap();
+                }
+            }
+            s.commit(v).unwrap();
+            if v == 2 {
+                s.flush().unwrap();
+            }
+            if v == 3 {
+                s.clear_caches();
+            }
+        }
+        let e = s.shared.engine();
+        for tid in [0, 1] {
+            for version in [1, 3, 4] {
+                let root = e.root_page(tid, version).unwrap();
+                let mut all = Vec::new();
+                trie::walk_after(&ScanSource(&e), tid, &root, None, &mut |l| {
+                    all.push(*l);
+                    Ok(true)
+                })
+                .unwrap();
+                assert!(!all.is_empty());
+                // From the start, from after each of a spread of leaves and of paths between them, stopping
+                // after a few leaves or going to the end.
+                let mut starts: Vec<Option<KeyPath>> = vec![None];
+                for l in all.iter().step_by(97) {
+                    starts.push(Some(l.path));
+                    let mut between = l.path;
+                    between.0[31] ^= 1;
+                    starts.push(Some(between));
+                }
+                for after in &starts {
+                    for max in [1usize, 5, usize::MAX] {
+                        let walk = |slots: bool| {
+                            let mut out = Vec::new();
+                            let mut f = |l: &Leaf| {
+                                out.push(*l);
+                                Ok(out.len() < max)
+                            };
+                            let done = if slots {
+                                trie::walk_slots_after(
+                                    &ScanSource(&e),
+                                    tid,
+                                    root.id,
+                                    root.cells(),
+                                    after.as_ref(),
+                                    &mut f,
+                                )
+                            } else {
+                                trie::walk_after(
+                                    &ScanSource(&e),
+                                    tid,
+                                    &root,
+                                    after.as_ref(),
+                                    &mut f,
+                                )
+                            }
+                            .unwrap();
+                            (done, out)
+                        };
+                        assert_eq!(
+                            walk(true),
+                            walk(false),
+                            "trie {tid} at {version} after {after:?}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

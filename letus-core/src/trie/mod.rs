@@ -40,6 +40,16 @@ pub trait PageSource: Sync {
     fn give_back(&self, _tid: TrieId, _page: Arc<Page>) {}
 }
 
+/// Where a walk that only reads leaves gets its pages: the slots of page `id` of trie `tid` at `version`, sorted by
+/// slot, without the page being built (no branch hashed).
+pub trait SlotSource {
+    /// A page's slots, sorted by slot.
+    type Slots: std::ops::Deref<Target = [(SlotNo, Cell)]>;
+
+    /// Reads one page version's slots.
+    fn slots(&self, tid: TrieId, id: PageId, version: Version) -> Result<Self::Slots>;
+}
+
 /// The id of the page whose root sits at `depth` (even) on `path`.
 pub fn page_id(path: &KeyPath, depth: usize) -> PageId {
     let mut prefix = [0u8; 32];
@@ -723,6 +733,45 @@ pub fn walk_after<S: PageSource>(
                 };
                 let child = src.load(tid, id, *version)?;
                 if !walk_after(src, tid, &child, below, f)? {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// [`walk_after`] over page slots (`cells`: page `id`'s, sorted by slot) read from a [`SlotSource`]: the same
+/// leaves in the same order, without building a page.
+pub fn walk_slots_after<S: SlotSource>(
+    src: &S,
+    tid: TrieId,
+    id: PageId,
+    cells: &[(SlotNo, Cell)],
+    after: Option<&KeyPath>,
+    f: &mut dyn FnMut(&Leaf) -> Result<bool>,
+) -> Result<bool> {
+    for (slot, cell) in page::slots_in_path_order(cells) {
+        match cell {
+            Cell::Leaf(l) => {
+                if after.is_none_or(|a| l.path > *a) && !f(l)? {
+                    return Ok(false);
+                }
+            }
+            Cell::Page { version, .. } => {
+                let (c, g) = slot_nibbles(*slot);
+                let child = id.child(c, g);
+                let n = usize::from(child.depth / 2);
+                let below = match after {
+                    None => None,
+                    Some(a) => match child.prefix[..n].cmp(&a.0[..n]) {
+                        std::cmp::Ordering::Less => continue,
+                        std::cmp::Ordering::Greater => None,
+                        std::cmp::Ordering::Equal => Some(a),
+                    },
+                };
+                let slots = src.slots(tid, child, *version)?;
+                if !walk_slots_after(src, tid, child, &slots, below, f)? {
                     return Ok(false);
                 }
             }

@@ -188,6 +188,24 @@ fn rank(bits: &[u32; 9], slot: SlotNo) -> Result<usize, usize> {
     }
 }
 
+/// The slots of a page (`cells`, sorted by slot) in the order of the paths below them: the lone root leaf (slot
+/// 0), then for each child its leaf or its grandchildren. [`Page::cells_in_path_order`] for slots not built into a
+/// page.
+pub fn slots_in_path_order(cells: &[(SlotNo, Cell)]) -> impl Iterator<Item = &(SlotNo, Cell)> + '_ {
+    let root_leaf = cells.first().filter(|(s, _)| *s == 0);
+    root_leaf.into_iter().chain((0..16u8).flat_map(move |c| {
+        let slot = child_slot(c);
+        let leaf = cells
+            .binary_search_by_key(&slot, |(s, _)| *s)
+            .ok()
+            .map(|i| &cells[i]);
+        let lo = grand_slot(c, 0);
+        let a = cells.partition_point(|(s, _)| *s < lo);
+        let b = cells.partition_point(|(s, _)| *s < lo + 16);
+        leaf.into_iter().chain(cells[a..b].iter())
+    }))
+}
+
 /// The stored record a page was loaded from, which the next update chains to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Head {
