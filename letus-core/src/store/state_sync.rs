@@ -299,13 +299,15 @@ mod tests {
         for tid in [0, 1] {
             for version in [1, 3, 4] {
                 let root = e.root_page(tid, version).unwrap();
+                // The reference: a full walk of built pages (their own path order), which has no start point.
                 let mut all = Vec::new();
-                trie::walk_after(&ScanSource(&e), tid, &root, None, &mut |l| {
+                trie::walk(&ScanSource(&e), tid, &root, &mut |l| {
                     all.push(*l);
-                    Ok(true)
+                    Ok(())
                 })
                 .unwrap();
                 assert!(!all.is_empty());
+                assert!(all.windows(2).all(|w| w[0].path < w[1].path));
                 // From the start, from after each of a spread of leaves and of paths between them, stopping
                 // after a few leaves or going to the end.
                 let mut starts: Vec<Option<KeyPath>> = vec![None];
@@ -316,37 +318,33 @@ mod tests {
                     starts.push(Some(between));
                 }
                 for after in &starts {
+                    let rest: Vec<Leaf> = all
+                        .iter()
+                        .filter(|l| after.is_none_or(|a| l.path > a))
+                        .copied()
+                        .collect();
                     for max in [1usize, 5, usize::MAX] {
-                        let walk = |slots: bool| {
-                            let mut out = Vec::new();
-                            let mut f = |l: &Leaf| {
+                        let mut out = Vec::new();
+                        let done = trie::walk_slots_after(
+                            &ScanSource(&e),
+                            tid,
+                            root.id,
+                            root.cells(),
+                            after.as_ref(),
+                            &mut |l: &Leaf| {
                                 out.push(*l);
                                 Ok(out.len() < max)
-                            };
-                            let done = if slots {
-                                trie::walk_slots_after(
-                                    &ScanSource(&e),
-                                    tid,
-                                    root.id,
-                                    root.cells(),
-                                    after.as_ref(),
-                                    &mut f,
-                                )
-                            } else {
-                                trie::walk_after(
-                                    &ScanSource(&e),
-                                    tid,
-                                    &root,
-                                    after.as_ref(),
-                                    &mut f,
-                                )
-                            }
-                            .unwrap();
-                            (done, out)
-                        };
+                            },
+                        )
+                        .unwrap();
+                        let expected = &rest[..rest.len().min(max)];
                         assert_eq!(
-                            walk(true),
-                            walk(false),
+                            out, expected,
+                            "trie {tid} at {version} after {after:?}, max {max}"
+                        );
+                        assert_eq!(
+                            done,
+                            rest.len() < max,
                             "trie {tid} at {version} after {after:?}"
                         );
                     }

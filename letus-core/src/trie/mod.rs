@@ -711,38 +711,33 @@ pub fn walk_after<S: PageSource>(
     after: Option<&KeyPath>,
     f: &mut dyn FnMut(&Leaf) -> Result<bool>,
 ) -> Result<bool> {
-    for (slot, cell) in page.cells_in_path_order() {
-        match cell {
-            Cell::Leaf(l) => {
-                if after.is_none_or(|a| l.path > *a) && !f(l)? {
-                    return Ok(false);
-                }
-            }
-            Cell::Page { version, .. } => {
-                let (c, g) = slot_nibbles(*slot);
-                let id = page.id.child(c, g);
-                // Page depths are even, so the child's prefix is whole bytes of every path below it.
-                let n = usize::from(id.depth / 2);
-                let below = match after {
-                    None => None,
-                    Some(a) => match id.prefix[..n].cmp(&a.0[..n]) {
-                        std::cmp::Ordering::Less => continue,
-                        std::cmp::Ordering::Greater => None,
-                        std::cmp::Ordering::Equal => Some(a),
-                    },
-                };
-                let child = src.load(tid, id, *version)?;
-                if !walk_after(src, tid, &child, below, f)? {
-                    return Ok(false);
-                }
-            }
-        }
+    walk_slots_after(&Built(src), tid, page.id, page.cells(), after, f)
+}
+
+/// A [`PageSource`] as a [`SlotSource`]: its pages, built, give their slots.
+struct Built<'a, S>(&'a S);
+
+/// A built page's slots.
+struct BuiltSlots(Arc<Page>);
+
+impl std::ops::Deref for BuiltSlots {
+    type Target = [(SlotNo, Cell)];
+
+    fn deref(&self) -> &Self::Target {
+        self.0.cells()
     }
-    Ok(true)
+}
+
+impl<S: PageSource> SlotSource for Built<'_, S> {
+    type Slots = BuiltSlots;
+
+    fn slots(&self, tid: TrieId, id: PageId, version: Version) -> Result<BuiltSlots> {
+        self.0.load(tid, id, version).map(BuiltSlots)
+    }
 }
 
 /// [`walk_after`] over page slots (`cells`: page `id`'s, sorted by slot) read from a [`SlotSource`]: the same
-/// leaves in the same order, without building a page.
+/// leaves in the same order, without building a page when the source does not.
 pub fn walk_slots_after<S: SlotSource>(
     src: &S,
     tid: TrieId,
@@ -761,6 +756,7 @@ pub fn walk_slots_after<S: SlotSource>(
             Cell::Page { version, .. } => {
                 let (c, g) = slot_nibbles(*slot);
                 let child = id.child(c, g);
+                // Page depths are even, so the child's prefix is whole bytes of every path below it.
                 let n = usize::from(child.depth / 2);
                 let below = match after {
                     None => None,
