@@ -96,11 +96,12 @@ impl View<'_> {
             Err(e) => return Err(e),
         };
         let mut leaves = Vec::new();
+        // Pages below the roots are compared by their slots, never built.
         trie::diff::diff(
             &ScanSource(self.engine),
             tid,
-            old.as_deref(),
-            Some(&new),
+            old.as_deref().map(trie::diff::page_slots),
+            Some(trie::diff::page_slots(&new)),
             &mut leaves,
         )?;
         leaves
@@ -405,8 +406,80 @@ mod tests {
     fn changes_are_exactly_the_keys_whose_values_differ() {
         // 400 keys: one or two levels of pages; 20,000 loaded first: child pages two levels down, so the walk
         // compares page references and descends into both versions of a page.
-        for (keys, preload) in [(400u64, false), (20_000, true)] {
+        // 1 and 3 keys: a root page that is a lone leaf, empty, or a branch of leaves from version to version.
+        for (keys, preload) in [(1u64, false), (3, false), (400, false), (20_000, true)] {
             changes_match_the_model(keys, preload);
+        }
+    }
+
+    #[test]
+    fn changes_across_root_shapes_and_a_trie_created_later() {
+        // Trie 0's root page goes through a lone leaf, a branch, a lone leaf again, empty, and a larger branch;
+        // trie 1 first exists at version 3.
+        let k = |i: u32| format!("k{i}").into_bytes();
+        let states: Vec<Vec<(u32, u32, &[u8])>> = vec![
+            vec![(0, 1, b"a")],
+            vec![(0, 1, b"a"), (0, 2, b"b"), (0, 3, b"c")],
+            vec![(0, 2, b"b"), (1, 7, b"t")],
+            vec![(1, 7, b"u")],
+            vec![(0, 2, b"x"), (1, 7, b"u")],
+            (1..=40)
+                .map(|i| (0, i, &b"y"[..]))
+                .chain([(1, 8, &b"w"[..])])
+                .collect(),
+            vec![(0, 5, b"y"), (1, 8, b"w")],
+        ];
+        let d = tempfile::tempdir().unwrap();
+        let mut s = store(d.path());
+        let mut models: Vec<[std::collections::BTreeMap<Vec<u8>, Vec<u8>>; 2]> = Vec::new();
+        let mut current: [std::collections::BTreeMap<Vec<u8>, Vec<u8>>; 2] = Default::default();
+        for (v, state) in states.iter().enumerate() {
+            let mut next: [std::collections::BTreeMap<Vec<u8>, Vec<u8>>; 2] = Default::default();
+            for (tid, i, val) in state {
+                next[*tid as usize].insert(k(*i), val.to_vec());
+            }
+            for tid in 0..2u32 {
+                for key in current[tid as usize].keys() {
+                    if !next[tid as usize].contains_key(key) {
+                        s.delete(tid, key).unwrap();
+                    }
+                }
+                for (key, val) in &next[tid as usize] {
+                    s.put(tid, key, val).unwrap();
+                }
+            }
+            s.commit(v as u64 + 1).unwrap();
+            models.push(next.clone());
+            current = next;
+        }
+        let snap = s.snapshot();
+        let n = states.len() as u64;
+        for tid in 0..2u32 {
+            for from in 1..=n {
+                for to in from + 1..=n {
+                    let (a, b) = (
+                        &models[from as usize - 1][tid as usize],
+                        &models[to as usize - 1][tid as usize],
+                    );
+                    let mut want: Vec<KeyChange> = a
+                        .keys()
+                        .chain(b.keys())
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .into_iter()
+                        .filter(|k| a.get(*k) != b.get(*k))
+                        .map(|k| (k.clone(), b.get(k).cloned()))
+                        .collect();
+                    want.sort_by_key(|(k, _)| KeyPath::of(k));
+                    match snap.changes(tid, from, to) {
+                        Ok(got) => assert_eq!(got, want, "trie {tid}, {from}..{to}"),
+                        // A trie that does not exist at `to` has no state to compare.
+                        Err(Error::UnknownTrie(_)) => {
+                            assert!(tid == 1 && to < 3, "trie {tid}, {from}..{to}")
+                        }
+                        Err(e) => panic!("trie {tid}, {from}..{to}: {e}"),
+                    }
+                }
+            }
         }
     }
 

@@ -485,15 +485,6 @@ impl Page {
         b.binary_search_by_key(&c, |(b, _)| *b).ok().map(|i| b[i].1)
     }
 
-    /// The hash of the page's root node when the page stores it (pages with inline branches), without computing
-    /// anything.
-    pub fn stored_hash(&self) -> Option<Hash> {
-        match self.hashes.last() {
-            Some((ROOT_HASH, h)) => Some(*h),
-            _ => None,
-        }
-    }
-
     /// The hash of the page's root node (`EMPTY` for an empty root page). Stored when the page has inline
     /// branches; otherwise computed from its at most 16 leaves (commits take the hash [`Page::from_parts`] and
     /// [`Page::with_children`] return instead).
