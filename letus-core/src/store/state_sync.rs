@@ -412,6 +412,23 @@ mod tests {
         }
     }
 
+    /// The changes from model state `a` to `b`, in path order.
+    fn model_changes(
+        a: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+        b: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    ) -> Vec<KeyChange> {
+        let mut want: Vec<KeyChange> = a
+            .keys()
+            .chain(b.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .filter(|k| a.get(*k) != b.get(*k))
+            .map(|k| (k.clone(), b.get(k).cloned()))
+            .collect();
+        want.sort_by_key(|(k, _)| KeyPath::of(k));
+        want
+    }
+
     #[test]
     fn changes_across_root_shapes_and_a_trie_created_later() {
         // Trie 0's root page goes through a lone leaf, a branch, a lone leaf again, empty, and a larger branch;
@@ -461,15 +478,7 @@ mod tests {
                         &models[from as usize - 1][tid as usize],
                         &models[to as usize - 1][tid as usize],
                     );
-                    let mut want: Vec<KeyChange> = a
-                        .keys()
-                        .chain(b.keys())
-                        .collect::<std::collections::BTreeSet<_>>()
-                        .into_iter()
-                        .filter(|k| a.get(*k) != b.get(*k))
-                        .map(|k| (k.clone(), b.get(k).cloned()))
-                        .collect();
-                    want.sort_by_key(|(k, _)| KeyPath::of(k));
+                    let want = model_changes(a, b);
                     match snap.changes(tid, from, to) {
                         Ok(got) => assert_eq!(got, want, "trie {tid}, {from}..{to}"),
                         // A trie that does not exist at `to` has no state to compare.
@@ -523,15 +532,7 @@ mod tests {
         let snap = s.snapshot();
         for (from, to) in [(1u64, 2u64), (5, 6), (1, 40), (39, 40), (10, 30)] {
             let (a, b) = (&states[from as usize], &states[to as usize]);
-            let mut want: Vec<KeyChange> = a
-                .keys()
-                .chain(b.keys())
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .filter(|k| a.get(*k) != b.get(*k))
-                .map(|k| (k.clone(), b.get(k).cloned()))
-                .collect();
-            want.sort_by_key(|(k, _)| KeyPath::of(k));
+            let want = model_changes(a, b);
             assert_eq!(
                 snap.changes(0, from, to).unwrap(),
                 want,
