@@ -232,10 +232,21 @@ impl PageSource for ScanSource<'_> {
     }
 }
 
-/// A page's slots as [`ScanSource`] reads them: from the page cache, or read from disk without building the page.
+/// A page's slots as [`ScanSource`] reads them: from the page cache, or read from disk without building the page
+/// (with the key version of the page's newest record at or below the version asked for).
 pub(super) enum ScanSlots {
     Cached(Arc<Page>),
-    Read(Vec<(page::SlotNo, Cell)>),
+    Read(Vec<(page::SlotNo, Cell)>, Version),
+}
+
+impl ScanSlots {
+    /// The key version of the page's newest record at or below its version, when known without a lookup.
+    pub(super) fn head_version(&self) -> Option<Version> {
+        match self {
+            ScanSlots::Cached(p) => p.head.map(|h| h.key_version),
+            ScanSlots::Read(_, v) => Some(*v),
+        }
+    }
 }
 
 impl std::ops::Deref for ScanSlots {
@@ -244,7 +255,7 @@ impl std::ops::Deref for ScanSlots {
     fn deref(&self) -> &Self::Target {
         match self {
             ScanSlots::Cached(p) => p.cells(),
-            ScanSlots::Read(v) => v,
+            ScanSlots::Read(v, _) => v,
         }
     }
 }
@@ -258,7 +269,8 @@ impl trie::SlotSource for ScanSource<'_> {
             return Ok(ScanSlots::Cached(p));
         }
         Counters::add(&self.0.counters.page_cache_misses, 1);
-        Ok(ScanSlots::Read(self.0.read_slots(tid, id, version)?.slots))
+        let read = self.0.read_slots(tid, id, version)?;
+        Ok(ScanSlots::Read(read.slots, read.head_key.version))
     }
 }
 

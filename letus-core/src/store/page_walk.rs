@@ -78,15 +78,8 @@ impl Shared {
         for batch in level.chunks(PAGES_PER_HOLD) {
             let e = self.engine_after_writers();
             for &(id, version) in batch {
-                let cached = e.page_cache.get(&(tid, id, version));
-                let read;
-                let (cells, head) = match &cached {
-                    Some(p) => (p.cells(), p.head.map(|h| h.key_version)),
-                    None => {
-                        read = e.read_slots(tid, id, version)?;
-                        (&read.slots[..], Some(read.head_key.version))
-                    }
-                };
+                let slots = trie::SlotSource::slots(&ScanSource(&e), tid, id, version)?;
+                let (cells, head) = (&slots[..], slots.head_version());
                 for (slot, cell) in cells {
                     match cell {
                         Cell::Page { version, .. } if *version > skip => {
