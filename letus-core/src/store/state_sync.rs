@@ -28,19 +28,11 @@ impl View<'_> {
         after: Option<&KeyPath>,
         max: usize,
     ) -> Result<Vec<(KeyPath, Hash)>> {
-        let root = self.engine.root_page(tid, self.at(version))?;
         let mut out = Vec::new();
-        trie::walk_slots_after(
-            &ScanSource(self.engine),
-            tid,
-            root.id,
-            root.cells(),
-            after,
-            &mut |leaf| {
-                out.push((leaf.path, leaf.hash()));
-                Ok(out.len() < max)
-            },
-        )?;
+        self.walk_leaves_after(tid, version, after, &mut |leaf| {
+            out.push((leaf.path, leaf.hash()));
+            Ok(out.len() < max)
+        })?;
         Ok(out)
     }
 
@@ -55,7 +47,6 @@ impl View<'_> {
         after: Option<&KeyPath>,
         max: usize,
     ) -> Result<Vec<Leaf>> {
-        let root = self.engine.root_page(tid, self.at(version))?;
         let start = after.copied().or_else(|| before_subtree(prefix));
         let item = SnapshotItem {
             depth,
@@ -64,20 +55,13 @@ impl View<'_> {
             hash: EMPTY,
         };
         let mut leaves = Vec::new();
-        trie::walk_slots_after(
-            &ScanSource(self.engine),
-            tid,
-            root.id,
-            root.cells(),
-            start.as_ref(),
-            &mut |leaf| {
-                if !item.covers(&leaf.path) {
-                    return Ok(false);
-                }
-                leaves.push(*leaf);
-                Ok(leaves.len() < max)
-            },
-        )?;
+        self.walk_leaves_after(tid, version, start.as_ref(), &mut |leaf| {
+            if !item.covers(&leaf.path) {
+                return Ok(false);
+            }
+            leaves.push(*leaf);
+            Ok(leaves.len() < max)
+        })?;
         Ok(leaves)
     }
 
@@ -104,18 +88,25 @@ impl View<'_> {
             Some(trie::diff::page_slots(&new)),
             &mut leaves,
         )?;
-        leaves
+        // The record to read for each change: the new leaf's, or the old one's (for its key) when it is gone.
+        let read: Vec<(Leaf, bool)> = leaves
             .into_iter()
             .map(|(old, new)| match (old, new) {
-                (_, Some(n)) => self.read_value(&n, None).map(|(k, v)| (k, Some(v))),
-                (Some(o), None) => self.read_value(&o, None).map(|(k, _)| (k, None)),
+                (_, Some(n)) => Ok((n, true)),
+                (Some(o), None) => Ok((o, false)),
                 (None, None) => Err(Error::corrupt(
                     self.engine.dir.join("lsvps"),
                     0,
                     "a trie difference with neither side",
                 )),
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        let values = self.read_values(&read.iter().map(|(l, _)| *l).collect::<Vec<_>>())?;
+        Ok(values
+            .into_iter()
+            .zip(&read)
+            .map(|((k, v), (_, present))| (k, present.then_some(v)))
+            .collect())
     }
 }
 
@@ -216,9 +207,11 @@ impl Snapshot {
                 )
                 .map(|b| (b, v.engine.dir.clone()))
             })?;
-            for leaf in &batch {
-                // Read without the engine: a prune may have passed `version` meanwhile and GC deleted the file.
-                let rec = match self.shared.vdls.read(leaf.loc) {
+            // Read without the engine: a prune may have passed `version` meanwhile and GC deleted the file.
+            let locs: Vec<Location> = batch.iter().map(|l| l.loc).collect();
+            let records = self.shared.vdls.read_in_order(&locs);
+            for (leaf, rec) in batch.iter().zip(records) {
+                let rec = match rec {
                     Err(Error::Collected { .. }) => {
                         let e = self.shared.engine();
                         e.check_not_pruned(version)?;

@@ -340,13 +340,44 @@ impl View<'_> {
         after: Option<&KeyPath>,
         max: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let root = self.engine.root_page(tid, self.at(version))?;
-        let mut out = Vec::new();
-        trie::walk_after(self.engine, tid, &root, after, &mut |leaf| {
-            out.push(self.read_value(leaf, None)?);
-            Ok(out.len() < max)
+        let mut leaves = Vec::new();
+        self.walk_leaves_after(tid, version, after, &mut |leaf| {
+            leaves.push(*leaf);
+            Ok(leaves.len() < max)
         })?;
-        Ok(out)
+        self.read_values(&leaves)
+    }
+
+    /// Calls `f` for every leaf of trie `tid` at `version` whose path is above `after` (all without it), in path
+    /// order, until `f` returns `false`; returns whether the walk went to the end. Pages are read as slots
+    /// through the scan source: none is built or added to the cache.
+    pub(super) fn walk_leaves_after(
+        &self,
+        tid: TrieId,
+        version: Version,
+        after: Option<&KeyPath>,
+        f: &mut dyn FnMut(&Leaf) -> Result<bool>,
+    ) -> Result<bool> {
+        let root = self.engine.root_page(tid, self.at(version))?;
+        trie::walk_slots_after(
+            &ScanSource(self.engine),
+            tid,
+            root.id,
+            root.cells(),
+            after,
+            f,
+        )
+    }
+
+    /// The key and value of each leaf, read with few reads ([`VdlsReader::read_in_order`]) and each checked
+    /// against its leaf.
+    pub(super) fn read_values(&self, leaves: &[Leaf]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let locs: Vec<Location> = leaves.iter().map(|l| l.loc).collect();
+        leaves
+            .iter()
+            .zip(self.vdls.read_in_order(&locs))
+            .map(|(leaf, rec)| self.check_value(leaf, rec?, None))
+            .collect()
     }
 
     /// Recomputes the hash of a leaf from its value record.

@@ -701,43 +701,11 @@ pub fn walk<S: PageSource>(
     Ok(())
 }
 
-/// Calls `f` for every leaf below `page` whose path is above `after` (all of them without it), in path order,
-/// until `f` returns `false`; returns whether the walk went to the end. Subtrees entirely at or below `after` are
-/// not loaded, so resuming a walk after the last path it reported costs only the pages on that path.
-pub fn walk_after<S: PageSource>(
-    src: &S,
-    tid: TrieId,
-    page: &Page,
-    after: Option<&KeyPath>,
-    f: &mut dyn FnMut(&Leaf) -> Result<bool>,
-) -> Result<bool> {
-    walk_slots_after(&Built(src), tid, page.id, page.cells(), after, f)
-}
-
-/// A [`PageSource`] as a [`SlotSource`]: its pages, built, give their slots.
-struct Built<'a, S>(&'a S);
-
-/// A built page's slots.
-struct BuiltSlots(Arc<Page>);
-
-impl std::ops::Deref for BuiltSlots {
-    type Target = [(SlotNo, Cell)];
-
-    fn deref(&self) -> &Self::Target {
-        self.0.cells()
-    }
-}
-
-impl<S: PageSource> SlotSource for Built<'_, S> {
-    type Slots = BuiltSlots;
-
-    fn slots(&self, tid: TrieId, id: PageId, version: Version) -> Result<BuiltSlots> {
-        self.0.load(tid, id, version).map(BuiltSlots)
-    }
-}
-
-/// [`walk_after`] over page slots (`cells`: page `id`'s, sorted by slot) read from a [`SlotSource`]: the same
-/// leaves in the same order, without building a page when the source does not.
+/// Calls `f` for every leaf below page `id` (`cells`: its slots, sorted by slot) whose path is above `after` (all
+/// of them without it), in path order, until `f` returns `false`; returns whether the walk went to the end.
+/// Pages come from `src` as slots, never built when the source does not build them. Subtrees entirely at or
+/// below `after` are not loaded, so resuming a walk after the last path it reported costs only the pages on that
+/// path.
 pub fn walk_slots_after<S: SlotSource>(
     src: &S,
     tid: TrieId,

@@ -296,6 +296,17 @@ impl VdlsReader {
     /// Reads and checks one committed record with one `pread`. A checksum or parse failure, an unknown file id
     /// or a location outside the committed part of a file is [`Error::Corrupt`] naming the file and offset.
     pub fn read(&self, loc: Location) -> Result<Record> {
+        let (f, at) = self.locate(loc)?;
+        let mut buf = vec![0u8; loc.len as usize];
+        fsutil::read_exact_at(&*f.file, &f.path, &mut buf, at)?;
+        Counters::add(&self.counters.value_reads, 1);
+        Counters::add(&self.counters.bytes_read, u64::from(loc.len));
+        decode_at(&f, loc, &buf)
+    }
+
+    /// The file holding `loc` and the offset its record is stored at, after checking that `loc` lies inside the
+    /// file's committed records.
+    fn locate(&self, loc: Location) -> Result<(Arc<SharedFile>, u64)> {
         let f = self.file(loc.file_id, loc.offset)?;
         let len = loc.len as usize;
         if !record::len_in_bounds(len) {
@@ -340,16 +351,62 @@ impl VdlsReader {
                 }
             },
         };
-        let mut buf = vec![0u8; len];
-        fsutil::read_exact_at(&*f.file, &f.path, &mut buf, at)?;
-        Counters::add(&self.counters.value_reads, 1);
-        Counters::add(&self.counters.bytes_read, len as u64);
-        match record::decode(&buf, loc.file_id, loc.offset) {
-            Ok(d) => Ok(d.rec),
-            Err(record::DecodeError::Damaged(w) | record::DecodeError::Malformed(w)) => {
-                Err(Error::corrupt(&f.path, loc.offset, w))
+        Ok((f, at))
+    }
+
+    /// Reads many records with few `pread`s: the records are read in stored order, and records of one file
+    /// whose stored bytes lie at most [`COALESCE_GAP`] apart are read together, up to [`COALESCE_BYTES`] a read
+    /// (a bulk-loaded state's values lie in key order, so a walk's values are mostly neighbours). Each result is
+    /// what [`VdlsReader::read`] of that location gives; they are in the order of `locs`.
+    pub fn read_in_order(&self, locs: &[Location]) -> Vec<Result<Record>> {
+        let mut out: Vec<Option<Result<Record>>> = (0..locs.len()).map(|_| None).collect();
+        let mut placed: Vec<(u32, u64, usize, Arc<SharedFile>)> = Vec::with_capacity(locs.len());
+        for (i, loc) in locs.iter().enumerate() {
+            match self.locate(*loc) {
+                Ok((f, at)) => placed.push((loc.file_id, at, i, f)),
+                Err(e) => out[i] = Some(Err(e)),
             }
         }
+        placed.sort_unstable_by_key(|p| (p.0, p.1));
+        let mut buf = Vec::new();
+        let mut run_start = 0;
+        while run_start < placed.len() {
+            let (id, start, first, f) = &placed[run_start];
+            let mut end = start + u64::from(locs[*first].len);
+            let mut run_end = run_start + 1;
+            while let Some((next_id, at, i, _)) = placed.get(run_end) {
+                let next_end = at + u64::from(locs[*i].len);
+                if next_id != id || *at > end + COALESCE_GAP || next_end - start > COALESCE_BYTES {
+                    break;
+                }
+                end = end.max(next_end);
+                run_end += 1;
+            }
+            buf.resize((end - start) as usize, 0);
+            match fsutil::read_exact_at(&*f.file, &f.path, &mut buf, *start) {
+                Ok(()) => {
+                    Counters::add(&self.counters.value_reads, 1);
+                    Counters::add(&self.counters.bytes_read, end - start);
+                    for (_, at, i, f) in &placed[run_start..run_end] {
+                        let from = (at - start) as usize;
+                        let bytes = &buf[from..from + locs[*i].len as usize];
+                        out[*i] = Some(decode_at(f, locs[*i], bytes));
+                    }
+                }
+                Err(_) => {
+                    // A failed read fails only its own records: each is read again alone, so that its error is
+                    // the one a single read of it gives.
+                    for (_, _, i, _) in &placed[run_start..run_end] {
+                        out[*i] = Some(self.read(locs[*i]));
+                    }
+                }
+            }
+            run_start = run_end;
+        }
+        // Every slot was filled above, by its `locate` error or by its run.
+        out.into_iter()
+            .map(|r| r.unwrap_or(Err(Error::Cancelled)))
+            .collect()
     }
 
     /// Reads several records in parallel (rayon); the results are in the order of `locs`.
@@ -699,6 +756,23 @@ impl VdlsReader {
 
     fn file_count(&self) -> usize {
         self.files().len()
+    }
+}
+
+/// Neighbouring records of one file whose stored bytes are at most this far apart are read with one `pread`
+/// by [`VdlsReader::read_in_order`]: reading a gap this small costs less than another system call.
+const COALESCE_GAP: u64 = 4096;
+
+/// The most bytes one `pread` of [`VdlsReader::read_in_order`] reads (its buffer's bound).
+const COALESCE_BYTES: u64 = 1 << 20;
+
+/// Decodes and checks the record of `loc`, whose stored bytes are `bytes`.
+fn decode_at(f: &SharedFile, loc: Location, bytes: &[u8]) -> Result<Record> {
+    match record::decode(bytes, loc.file_id, loc.offset) {
+        Ok(d) => Ok(d.rec),
+        Err(record::DecodeError::Damaged(w) | record::DecodeError::Malformed(w)) => {
+            Err(Error::corrupt(&f.path, loc.offset, w))
+        }
     }
 }
 

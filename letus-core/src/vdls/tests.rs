@@ -751,22 +751,28 @@ fn bogus_locations_are_errors() {
     assert_corrupt(v.read(l));
 }
 
-#[test]
-fn read_many_matches_read_and_counts() {
-    fn assert_send_sync<T: Send + Sync>() {}
-    assert_send_sync::<Vdls>();
-    let d = TempDir::new().unwrap();
-    let groups = build(d.path(), opts(300), 40);
+/// A log of 40 groups in files of 300 bytes, opened with counters of its own.
+fn forty_groups_in_small_files(dir: &Path) -> (Vec<Committed>, Vdls, Arc<Counters>) {
+    let groups = build(dir, opts(300), 40);
     let c = Arc::new(Counters::default());
     let v = Vdls::open(
         &crate::storage::local(),
-        d.path(),
+        dir,
         opts(300),
         c.clone(),
         groups[39].end,
         |_, _, _| Ok(()),
     )
     .unwrap();
+    (groups, v, c)
+}
+
+#[test]
+fn read_many_matches_read_and_counts() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Vdls>();
+    let d = TempDir::new().unwrap();
+    let (groups, v, c) = forty_groups_in_small_files(d.path());
     let all = flatten(&groups);
     let locs: Vec<Location> = all.iter().rev().map(|(l, _)| *l).collect();
     let before = c.snapshot();
@@ -1128,4 +1134,84 @@ fn format_1_files_are_still_read() {
     fs::write(&p, &b).unwrap();
     let (_, got) = open_collect(d.path(), opts(1 << 20), Position::START).unwrap();
     assert_eq!(got.len(), flatten(&groups).len());
+}
+
+#[test]
+fn reads_in_stored_order_give_what_single_reads_give() {
+    let d = TempDir::new().unwrap();
+    let (groups, v, c) = forty_groups_in_small_files(d.path());
+    let all = flatten(&groups);
+    // A sealed file compacted down to every other record: the dropped ones read as collected, the kept ones at
+    // their new offsets.
+    let victim = all[all.len() / 2].0.file_id;
+    let in_victim: Vec<u64> = all
+        .iter()
+        .filter(|(l, r)| l.file_id == victim && !matches!(r, Record::Commit { .. }))
+        .map(|(l, _)| l.offset)
+        .collect();
+    assert!(in_victim.len() >= 2);
+    let kept: BTreeSet<u64> = in_victim.iter().step_by(2).copied().collect();
+    let kept_bytes = all
+        .iter()
+        .filter(|(l, _)| l.file_id == victim && kept.contains(&l.offset))
+        .map(|(l, _)| u64::from(l.len))
+        .sum();
+    v.reader()
+        .compact(victim, &|offset| kept.contains(&offset), kept_bytes)
+        .unwrap();
+    let good = all[3].0;
+    let mut locs: Vec<Location> = all.iter().map(|(l, _)| *l).collect();
+    // Out of order, with repeats and locations that fail in each way a single read fails.
+    let mut rng = 7u64;
+    for i in (1..locs.len()).rev() {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        locs.swap(i, (rng >> 33) as usize % (i + 1));
+    }
+    locs.extend_from_within(..10);
+    locs.insert(
+        5,
+        Location {
+            file_id: 999,
+            ..good
+        },
+    );
+    locs.insert(
+        9,
+        Location {
+            len: good.len + 1,
+            ..good
+        },
+    );
+    locs.insert(
+        11,
+        Location {
+            offset: good.offset + 1,
+            ..good
+        },
+    );
+    locs.push(Location {
+        len: u32::MAX,
+        ..good
+    });
+    let before = c.snapshot();
+    let got = v.reader().read_in_order(&locs);
+    let reads = (c.snapshot() - before).value_reads;
+    assert_eq!(got.len(), locs.len());
+    let mut collected = 0;
+    for (l, g) in locs.iter().zip(&got) {
+        let want = v.reader().read(*l);
+        assert_eq!(format!("{g:?}"), format!("{want:?}"), "at {l:?}");
+        collected += usize::from(matches!(g, Err(Error::Collected { .. })));
+    }
+    assert!(collected > 0);
+    assert!(got.iter().filter(|r| r.is_ok()).count() > all.len() / 2);
+    // Neighbours share reads: fewer reads than files plus the records that failed their own.
+    let files: BTreeSet<u32> = locs.iter().map(|l| l.file_id).collect();
+    assert!(
+        reads <= files.len() as u64 + 4,
+        "{reads} reads for {} files",
+        files.len()
+    );
 }
