@@ -22,10 +22,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use letus_core::{Options, Store};
+use letus_core::{BulkPair, Options, Store};
 use letus_verify::hash::history_leaf;
 use letus_verify::hex::{decode as unhex, encode as hex};
-use letus_verify::snapshot::{Chunk, Manifest, VerifiedManifest};
+use letus_verify::snapshot::{Chunk, Manifest, VerifiedChunk, VerifiedManifest};
 use letus_verify::{Digest, Hash, HistoryTree, Limits, SnapshotError, Version};
 use serde::{Deserialize, Serialize};
 
@@ -387,6 +387,7 @@ pub fn fetch(dir: &Path, cfg: &JoinConfig) -> Result<(Trusted, FetchReport), Joi
         &manifest,
         &mut report,
         &AtomicBool::new(false),
+        None,
     )?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok((t, report))
@@ -457,8 +458,9 @@ fn fetch_chunks(
     manifest: &VerifiedManifest,
     report: &mut FetchReport,
     failed: &AtomicBool,
+    handoff: Option<&Handoff>,
 ) -> Result<(), JoinError> {
-    let r = fetch_chunks_inner(dir, cfg, t, manifest, report);
+    let r = fetch_chunks_inner(dir, cfg, t, manifest, report, handoff);
     if r.is_err() {
         failed.store(true, Ordering::Release);
     }
@@ -471,6 +473,7 @@ fn fetch_chunks_inner(
     t: &Trusted,
     manifest: &VerifiedManifest,
     report: &mut FetchReport,
+    handoff: Option<&Handoff>,
 ) -> Result<(), JoinError> {
     let agent = agent();
     let cdir = dir.join("chunks");
@@ -533,12 +536,15 @@ fn fetch_chunks_inner(
                         continue;
                     }
                 };
-                match manifest.verify_chunk(i as u32, &b, &Limits::default()) {
-                    Ok(_) => {
+                match manifest.verify_chunk_hashed(i as u32, &b, &Limits::default()) {
+                    Ok(verified) => {
                         if let Err(e) = write_durably(&chunk_path(dir, i), &b) {
                             *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                             stop.store(true, Ordering::Relaxed);
                             return;
+                        }
+                        if let Some(h) = handoff {
+                            h.offer(i, verified, b.len());
                         }
                         bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
                         let f = fetched.fetch_add(1, Ordering::Relaxed) + 1;
@@ -668,7 +674,50 @@ pub fn import(
     data: &Path,
     opts: Options,
 ) -> Result<(Trusted, ImportReport), JoinError> {
-    import_while_fetching(dir, data, opts, None)
+    import_while_fetching(dir, data, opts, None, None)
+}
+
+/// Chunks the fetchers verified and saved that the importer has not stored yet, with the key paths and value
+/// hashes their verification computed: the importer takes a chunk from here instead of reading its file back
+/// and hashing its pairs again. Bounded by [`HANDOFF_BYTES`] (an estimate of the decoded chunks' memory); a
+/// chunk that does not fit is left to be read from its file, as after a restart.
+#[derive(Default)]
+struct Handoff {
+    held: Mutex<Held>,
+}
+
+/// The chunks by entry index, each with its cost, and the sum of the costs.
+#[derive(Default)]
+struct Held {
+    chunks: std::collections::HashMap<usize, (VerifiedChunk, usize)>,
+    cost: usize,
+}
+
+/// What [`Handoff`] holds at most.
+const HANDOFF_BYTES: usize = 64 << 20;
+
+impl Handoff {
+    /// Memory of a decoded chunk of `bytes` encoded bytes and `pairs` pairs: its bytes, two vectors and a path
+    /// and a hash per pair.
+    fn cost(bytes: usize, pairs: usize) -> usize {
+        bytes + pairs * (2 * std::mem::size_of::<Vec<u8>>() + 64)
+    }
+
+    fn offer(&self, i: usize, c: VerifiedChunk, bytes: usize) {
+        let cost = Self::cost(bytes, c.hashes.len());
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held.cost + cost <= HANDOFF_BYTES {
+            held.cost += cost;
+            held.chunks.insert(i, (c, cost));
+        }
+    }
+
+    fn take(&self, i: usize) -> Option<VerifiedChunk> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let (c, cost) = held.chunks.remove(&i)?;
+        held.cost -= cost;
+        Some(c)
+    }
 }
 
 /// [`import`]; with `fetching`, the chunks are still arriving: each one is waited for (until the fetch gives
@@ -678,6 +727,7 @@ fn import_while_fetching(
     data: &Path,
     opts: Options,
     fetching: Option<&AtomicBool>,
+    handoff: Option<&Handoff>,
 ) -> Result<(Trusted, ImportReport), JoinError> {
     let started = Instant::now();
     let file = dir.join("join.json");
@@ -718,9 +768,9 @@ fn import_while_fetching(
     } else {
         let items = manifest.items().len();
         let mut next_chunk = 0usize;
-        let mut current: std::vec::IntoIter<(Vec<u8>, Vec<u8>)> = Vec::new().into_iter();
+        let mut current: Box<dyn Iterator<Item = BulkPair>> = Box::new(std::iter::empty());
         let mut bad: Option<JoinError> = None;
-        let loaded = Store::bulk_load(&tmp, opts, t.tid, t.version, frontier, || loop {
+        let loaded = Store::bulk_load_hashed(&tmp, opts, t.tid, t.version, frontier, || loop {
             if let Some(p) = current.next() {
                 return Ok(Some(p));
             }
@@ -735,6 +785,20 @@ fn import_while_fetching(
                     }
                     std::thread::sleep(Duration::from_millis(2));
                 }
+            }
+            // Verified by a fetcher of this run, which saved it before handing it over: its pairs with the
+            // hashes that verification computed. (A chunk handed over just after this look stays there, bounded,
+            // until the join ends; its file is read instead.)
+            if let Some(v) = handoff.and_then(|h| h.take(next_chunk)) {
+                next_chunk += 1;
+                current = Box::new(v.chunk.pairs.into_iter().zip(v.hashes).map(
+                    |((key, value), h)| BulkPair {
+                        key,
+                        value,
+                        hashed: Some(h),
+                    },
+                ));
+                continue;
             }
             let b = std::fs::read(&path).map_err(|e| {
                 letus_core::Error::InvalidBulkLoad(format!("{}: {e}", path.display()))
@@ -773,7 +837,11 @@ fn import_while_fetching(
                     ))
                 })?;
             next_chunk += 1;
-            current = c.pairs.into_iter();
+            current = Box::new(c.pairs.into_iter().map(|(key, value)| BulkPair {
+                key,
+                value,
+                hashed: None,
+            }));
         });
         match loaded {
             Ok(s) => s,
@@ -849,13 +917,22 @@ pub fn join(
     let (t, manifest) = prepare(&dir, cfg, &mut fetched)?;
     // The chunks are stored as they arrive, in entry order, while the next ones are fetched.
     let failed = AtomicBool::new(false);
+    let handoff = Handoff::default();
     let (f, imported) = std::thread::scope(|sc| {
         let fetcher = sc.spawn(|| {
-            let r = fetch_chunks(&dir, cfg, &t, &manifest, &mut fetched, &failed);
+            let r = fetch_chunks(
+                &dir,
+                cfg,
+                &t,
+                &manifest,
+                &mut fetched,
+                &failed,
+                Some(&handoff),
+            );
             fetched.seconds = started.elapsed().as_secs_f64();
             r
         });
-        let imported = import_while_fetching(&dir, data, opts, Some(&failed));
+        let imported = import_while_fetching(&dir, data, opts, Some(&failed), Some(&handoff));
         (fetcher.join(), imported)
     });
     match f {
@@ -1214,5 +1291,55 @@ mod pipeline_tests {
         );
         assert!(matches!(r, Err(JoinError::Diverged(_))));
         assert!(fetched.load(Ordering::SeqCst) < 10 + FETCH_AHEAD + 4);
+    }
+}
+
+#[cfg(test)]
+mod handoff_tests {
+    use letus_verify::snapshot::{Chunk, VerifiedChunk};
+    use letus_verify::KeyPath;
+
+    use super::{Handoff, HANDOFF_BYTES};
+
+    fn chunk(index: u32, pairs: usize) -> VerifiedChunk {
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..pairs)
+            .map(|i| (format!("k{index}-{i}").into_bytes(), b"v".to_vec()))
+            .collect();
+        let hashes = pairs
+            .iter()
+            .map(|(k, v)| (KeyPath::of(k), letus_verify::hash::value_hash(v)))
+            .collect();
+        VerifiedChunk {
+            chunk: Chunk {
+                tid: 0,
+                version: 1,
+                index,
+                depth: 2,
+                prefix: [0; 32],
+                pairs,
+            },
+            hashes,
+        }
+    }
+
+    #[test]
+    fn the_handoff_keeps_what_fits_and_gives_each_chunk_once() {
+        let h = Handoff::default();
+        // Chunks of a quarter of the bound each: the fifth does not fit until one is taken.
+        let bytes = HANDOFF_BYTES / 4 - Handoff::cost(0, 10);
+        for i in 0..5 {
+            h.offer(i, chunk(i as u32, 10), bytes);
+        }
+        assert!(h.take(4).is_none(), "over the bound: left to its file");
+        let c = h.take(1).unwrap();
+        assert_eq!(c.chunk.index, 1);
+        assert_eq!(c.hashes.len(), 10);
+        assert!(h.take(1).is_none(), "given once");
+        h.offer(4, chunk(4, 10), bytes);
+        for i in [0, 2, 3, 4] {
+            assert_eq!(h.take(i).unwrap().chunk.index, i as u32);
+        }
+        let held = h.held.lock().unwrap();
+        assert_eq!((held.chunks.len(), held.cost), (0, 0));
     }
 }

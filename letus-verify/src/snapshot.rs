@@ -12,7 +12,7 @@ use std::vec::Vec;
 use crate::error::{DecodeError, SnapshotError};
 use crate::fold::fold;
 use crate::full::FullVerifier;
-use crate::hash::leaf_hash;
+use crate::hash::{leaf_hash, value_hash};
 use crate::wire::{object, Reader};
 use crate::{Hash, KeyPath, Limits, TrieId, Version, EMPTY};
 
@@ -269,6 +269,18 @@ impl VerifiedManifest {
         bytes: &[u8],
         limits: &Limits,
     ) -> Result<Chunk, SnapshotError> {
+        self.verify_chunk_hashed(index, bytes, limits)
+            .map(|v| v.chunk)
+    }
+
+    /// [`VerifiedManifest::verify_chunk`], also giving each pair's key path and value hash as the verification
+    /// computed them (what a store keeps in its leaves), so that storing the pairs need not hash them again.
+    pub fn verify_chunk_hashed(
+        &self,
+        index: u32,
+        bytes: &[u8],
+        limits: &Limits,
+    ) -> Result<VerifiedChunk, SnapshotError> {
         let chunk = Chunk::decode(bytes, limits)?;
         let item = self
             .manifest
@@ -290,12 +302,15 @@ impl VerifiedManifest {
             ));
         }
         let mut v = FullVerifier::new();
+        let mut hashes = Vec::with_capacity(chunk.pairs.len());
         for (i, (k, val)) in chunk.pairs.iter().enumerate() {
             let path = KeyPath::of(k);
             if !item.covers(&path) {
                 return Err(SnapshotError::OutsideChunk(i as u64));
             }
-            v.update(k, val).map_err(|e| match e {
+            let vh = value_hash(val);
+            hashes.push((path, vh));
+            v.update_hashed(path, &vh).map_err(|e| match e {
                 crate::FullVerifyError::DuplicateKey(i) => SnapshotError::DuplicateKey(i),
                 crate::FullVerifyError::OutOfOrder(i) => SnapshotError::OutOfOrder(i),
                 _ => SnapshotError::OutOfOrder(i as u64),
@@ -316,8 +331,17 @@ impl VerifiedManifest {
                 chunk: chunk.pairs.len() as u64,
             });
         }
-        Ok(chunk)
+        Ok(VerifiedChunk { chunk, hashes })
     }
+}
+
+/// A chunk that verified, with what its verification computed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifiedChunk {
+    /// The chunk.
+    pub chunk: Chunk,
+    /// `(key path, value hash)` of each of its pairs, in the same order.
+    pub hashes: Vec<(KeyPath, Hash)>,
 }
 
 /// The pairs of one manifest entry (SPEC.md §12.3).

@@ -172,6 +172,17 @@ impl Builder<'_> {
     }
 }
 
+/// One pair for [`Store::bulk_load_hashed`].
+#[derive(Clone, Debug)]
+pub struct BulkPair {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Its value.
+    pub value: Vec<u8>,
+    /// `(KeyPath::of(key), value_hash(value))` when the caller has them.
+    pub hashed: Option<(KeyPath, Hash)>,
+}
+
 impl Store {
     /// Creates a store in `dir` (which must not exist or be empty) holding trie `tid` at `version`: the pairs
     /// `next` returns, which must be in strictly increasing key-path order (`KeyPath::of(key)`, the order of an
@@ -188,6 +199,27 @@ impl Store {
         version: Version,
         history: Option<Frontier>,
         mut next: impl FnMut() -> Result<Option<(Vec<u8>, Vec<u8>)>>,
+    ) -> Result<Store> {
+        Self::bulk_load_hashed(dir, opts, tid, version, history, || {
+            Ok(next()?.map(|(key, value)| BulkPair {
+                key,
+                value,
+                hashed: None,
+            }))
+        })
+    }
+
+    /// [`Store::bulk_load`] of pairs that may come with their key path and value hash already computed (by a
+    /// snapshot chunk's verification, [`letus_verify::snapshot::VerifiedChunk`]), which are then not computed
+    /// again. They are taken as given: a wrong one makes a store whose root is not the one the pairs give, so a
+    /// caller passing them checks the root (a joining node checks it against the trusted one).
+    pub fn bulk_load_hashed(
+        dir: impl AsRef<Path>,
+        opts: Options,
+        tid: TrieId,
+        version: Version,
+        history: Option<Frontier>,
+        mut next: impl FnMut() -> Result<Option<BulkPair>>,
     ) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
         let fs = opts.storage.clone();
@@ -225,7 +257,7 @@ impl Store {
         let mut last: Option<KeyPath> = None;
         let mut pairs = 0u64;
         let mut source = || -> Result<Option<Leaf>> {
-            let Some((key, value)) = next()? else {
+            let Some(BulkPair { key, value, hashed }) = next()? else {
                 return Ok(None);
             };
             if key.len() > opts.max_key_bytes || value.len() > opts.max_value_bytes {
@@ -236,7 +268,7 @@ impl Store {
                 };
                 return Err(Error::TooLarge { what, size, limit });
             }
-            let path = KeyPath::of(&key);
+            let (path, vh) = hashed.unwrap_or_else(|| (KeyPath::of(&key), value_hash(&value)));
             if last.is_some_and(|l| l >= path) {
                 return Err(Error::InvalidBulkLoad(format!(
                     "pair {pairs} is not after the one before it in key-path order"
@@ -244,7 +276,6 @@ impl Store {
             }
             last = Some(path);
             pairs += 1;
-            let vh = value_hash(&value);
             let loc = vdls.append(&Record::Put {
                 version,
                 tid,

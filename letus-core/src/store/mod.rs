@@ -123,6 +123,7 @@ mod trie_state;
 mod view;
 mod vlog_gc;
 
+pub use bulk::BulkPair;
 use engine::*;
 use latest_index::LatestIndex;
 pub use prune::PruneReport;
