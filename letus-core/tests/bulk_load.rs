@@ -6,7 +6,7 @@
 mod common;
 
 use common::{small_options, Rng};
-use letus_core::{Error, Store};
+use letus_core::{BulkPair, Error, Store};
 use letus_verify::{KeyPath, Limits};
 
 const V: u64 = 7;
@@ -119,6 +119,47 @@ fn a_bulk_load_is_the_commit_of_the_same_pairs() {
     for (n, tid) in [(1, 0), (2, 0), (3, 4), (17, 0), (300, 1), (20_000, 0)] {
         compare(n, tid);
     }
+}
+
+#[test]
+fn given_hashes_are_used_as_given() {
+    let p = pairs(3000, 11);
+    let load = |dir: &std::path::Path, wrong: Option<usize>| {
+        let mut it = p.iter().enumerate();
+        Store::bulk_load_hashed(dir, small_options(), 0, V, None, || {
+            Ok(it.next().map(|(i, (k, v))| {
+                let mut vh = letus_verify::hash::value_hash(v);
+                if wrong == Some(i) {
+                    vh.0[0] ^= 1;
+                }
+                BulkPair {
+                    key: k.clone(),
+                    value: v.clone(),
+                    hashed: Some((KeyPath::of(k), vh)),
+                }
+            }))
+        })
+        .unwrap()
+        .digest(0, V)
+        .unwrap()
+        .root
+    };
+    let d = tempfile::tempdir().unwrap();
+    let plain = Store::bulk_load(
+        d.path().join("plain"),
+        small_options(),
+        0,
+        V,
+        None,
+        feed(&p),
+    )
+    .unwrap()
+    .digest(0, V)
+    .unwrap()
+    .root;
+    assert_eq!(load(&d.path().join("right"), None), plain);
+    // Not checked against the values: a wrong hash is a store of another root, which a caller checks.
+    assert_ne!(load(&d.path().join("wrong"), Some(1234)), plain);
 }
 
 #[test]
