@@ -115,6 +115,7 @@ mod bulk;
 mod consolidate;
 mod engine;
 mod latest_index;
+mod manifest;
 mod page_walk;
 mod prune;
 mod snapshot;

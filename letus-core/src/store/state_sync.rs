@@ -3,9 +3,7 @@
 //! chain). All of it is read from a [`Snapshot`], holding the engine only while a bounded batch is read, so a
 //! store serving them keeps committing.
 
-use letus_verify::snapshot::{
-    encode_chunk_record, prefix_of, Chunk, Manifest, ManifestBuilder, SnapshotItem,
-};
+use letus_verify::snapshot::{encode_chunk_record, prefix_of, Chunk, SnapshotItem};
 
 use super::*;
 
@@ -13,29 +11,10 @@ use super::*;
 /// holds more pairs than asked.
 pub const SNAPSHOT_TOP_DEPTH: u8 = 2;
 
-/// Leaves a manifest walk reads per hold of the engine.
-const LEAVES_PER_BATCH: usize = 4096;
-
 /// A key whose value differs between two versions: its new value, or `None` when it is gone.
 pub type KeyChange = (Vec<u8>, Option<Vec<u8>>);
 
 impl View<'_> {
-    /// Up to `max` leaves (path, leaf hash) of trie `tid` at `version` above `after`, in path order.
-    pub(super) fn leaves_after(
-        &self,
-        tid: TrieId,
-        version: Version,
-        after: Option<&KeyPath>,
-        max: usize,
-    ) -> Result<Vec<(KeyPath, Hash)>> {
-        let mut out = Vec::new();
-        self.walk_leaves_after(tid, version, after, &mut |leaf| {
-            out.push((leaf.path, leaf.hash()));
-            Ok(out.len() < max)
-        })?;
-        Ok(out)
-    }
-
     /// Up to `max` leaves of trie `tid` at `version` whose paths start with the first `depth` nibbles of
     /// `prefix` and are above `after` (or from the subtree's first), in path order.
     pub(super) fn leaves_in(
@@ -125,57 +104,6 @@ fn before_subtree(prefix: &[u8; 32]) -> Option<KeyPath> {
 }
 
 impl Snapshot {
-    /// The manifest of trie `tid` at `version` (SPEC.md §12.1): the subtrees at depth [`SNAPSHOT_TOP_DEPTH`],
-    /// each split one nibble at a time while it holds more than `max_pairs` pairs. Reads every leaf (not the
-    /// values), releasing the engine between batches. More than `max_entries` entries (a `max_pairs` too small
-    /// for the state; a verifier refuses a manifest above its `max_snapshot_items`) is [`Error::TooLarge`],
-    /// found before the manifest grows much past it.
-    pub fn snapshot_manifest(
-        &self,
-        tid: TrieId,
-        version: Version,
-        max_pairs: u64,
-        max_entries: usize,
-    ) -> Result<Manifest> {
-        let root = self.digest(tid, version)?.root;
-        let mut b = ManifestBuilder::new(SNAPSHOT_TOP_DEPTH, max_pairs);
-        let mut after: Option<KeyPath> = None;
-        loop {
-            let batch = self.shared.walk_view(Some(self.version), |v| {
-                v.leaves_after(tid, version, after.as_ref(), LEAVES_PER_BATCH)
-            })?;
-            for (path, hash) in &batch {
-                b.push_leaf(*path, *hash)
-                    .map_err(|e| Error::corrupt("trie walk", 0, e.to_string()))?;
-            }
-            if b.entries() > max_entries {
-                return Err(Error::TooLarge {
-                    what: "snapshot manifest (entries; ask for more pairs per chunk)",
-                    size: b.entries(),
-                    limit: max_entries,
-                });
-            }
-            match batch.last() {
-                Some((p, _)) if batch.len() == LEAVES_PER_BATCH => after = Some(*p),
-                _ => break,
-            }
-        }
-        let items = b.finish();
-        if items.len() > max_entries {
-            return Err(Error::TooLarge {
-                what: "snapshot manifest (entries; ask for more pairs per chunk)",
-                size: items.len(),
-                limit: max_entries,
-            });
-        }
-        Ok(Manifest {
-            tid,
-            version,
-            root,
-            items,
-        })
-    }
-
     /// The encoded chunk of manifest entry `index` (`depth`, `prefix`) of trie `tid` at `version` (SPEC.md
     /// §12.3), refused with [`Error::ChunkTooLarge`] past `max_bytes`. The server needs no manifest for this:
     /// the receiver checks the chunk against the one it verified.
