@@ -33,15 +33,19 @@ fn feed(
 }
 
 fn compare(n: u64, tid: u32) {
+    compare_with(n, tid, small_options());
+}
+
+fn compare_with(n: u64, tid: u32, opts: letus_core::Options) {
     let p = pairs(n, n + u64::from(tid));
     let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut a = Store::open(da.path(), small_options()).unwrap();
+    let mut a = Store::open(da.path(), opts.clone()).unwrap();
     for (k, v) in &p {
         a.put(tid, k, v).unwrap();
     }
     a.commit(V).unwrap();
     let mut b =
-        Store::bulk_load(db.path().join("s"), small_options(), tid, V, None, feed(&p)).unwrap();
+        Store::bulk_load(db.path().join("s"), opts.clone(), tid, V, None, feed(&p)).unwrap();
     assert_eq!(
         a.digest(tid, V).unwrap(),
         b.digest(tid, V).unwrap(),
@@ -116,9 +120,11 @@ fn compare(n: u64, tid: u32) {
 
 #[test]
 fn a_bulk_load_is_the_commit_of_the_same_pairs() {
+    // The small options' thresholds and tiny memory budget, and the defaults.
     for (n, tid) in [(1, 0), (2, 0), (3, 4), (17, 0), (300, 1), (20_000, 0)] {
         compare(n, tid);
     }
+    compare_with(20_000, 2, letus_core::Options::default());
 }
 
 #[test]

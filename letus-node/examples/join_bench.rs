@@ -64,6 +64,11 @@ struct Args {
     /// round trip over a wide-area link would (0: B talks to A directly).
     #[arg(long, default_value_t = 0)]
     source_rtt_ms: u64,
+    /// The writer pauses while B joins (and resumes for `seconds` after, for the catch-up): the join's pairs/s
+    /// then shows what the two nodes' own work costs, without A's commits on the same cores (A's rate while
+    /// serving is not measured).
+    #[arg(long)]
+    quiet_source: bool,
 }
 
 const TOKEN: &str = "join-bench";
@@ -148,18 +153,25 @@ fn digest(url: &str, v: Option<u64>) -> DigestsResponse {
 struct Writer {
     blocks: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
+    /// While set, the writer posts no block.
+    pause: Arc<AtomicBool>,
     handle: std::thread::JoinHandle<u64>,
 }
 
 fn writer(url: String, accounts: u64, from: u64) -> Writer {
     let blocks = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let (b, s) = (blocks.clone(), stop.clone());
+    let pause = Arc::new(AtomicBool::new(false));
+    let (b, s, p) = (blocks.clone(), stop.clone(), pause.clone());
     let handle = std::thread::spawn(move || {
         let mut rng = letus_workload::Rng::new(11);
         let mut v = from;
         let a = agent();
         while !s.load(Ordering::Relaxed) {
+            if p.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
             v += 1;
             let mut writes = std::collections::BTreeMap::new();
             for _ in 0..1000 {
@@ -193,6 +205,7 @@ fn writer(url: String, accounts: u64, from: u64) -> Writer {
     Writer {
         blocks,
         stop,
+        pause,
         handle,
     }
 }
@@ -267,9 +280,18 @@ fn main() {
         "--follow".into(),
     ];
     let b_flags: Vec<&str> = b_flags.iter().map(String::as_str).collect();
+    if args.quiet_source {
+        w.pause.store(true, Ordering::Relaxed);
+        // A block already posted finishes first.
+        std::thread::sleep(Duration::from_millis(300));
+    }
     let ((mut b, b_url), serving, join_secs) = rate_during(&w, || {
         serve_logged(&bin, &b_dir, &b_flags, Some(&log), args.nice_b)
     });
+    if args.quiet_source {
+        w.pause.store(false, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_secs(args.seconds));
+    }
     let joined = std::fs::read_to_string(&log)
         .unwrap_or_default()
         .lines()
@@ -313,6 +335,7 @@ fn main() {
                 "A blocks/s while serving": serving,
                 "A commit rate while serving / idle": serving / idle,
                 "B niced": args.nice_b,
+                "A quiet while serving": args.quiet_source,
                 "B max pairs/s": args.max_pairs_per_sec,
                 "same digests": same,
             }

@@ -95,6 +95,14 @@ impl Builder<'_> {
         Ok(n)
     }
 
+    /// Nibble `i` of the next leaf when that leaf is under `id` followed by `more`.
+    fn next_nibble(&mut self, id: &PageId, more: &[u8], i: usize) -> Result<Option<u8>> {
+        Ok(self
+            .peek(0)?
+            .filter(|l| under(&l.path, id, more))
+            .map(|l| nibble(&l.path, i)))
+    }
+
     fn take(&mut self) -> Result<Leaf> {
         self.ahead
             .pop_front()
@@ -102,34 +110,32 @@ impl Builder<'_> {
     }
 
     /// Builds page `id` from every leaf under it (two or more, or any number for the root page), emitting every
-    /// page below it first.
+    /// page below it first. Only the children the next leaves fall in are looked at: leaves come in path order,
+    /// so the next one names the next non-empty child.
     fn page(&mut self, id: PageId) -> Result<Page> {
+        let d = usize::from(id.depth);
         let mut cells: Vec<(SlotNo, Cell)> = Vec::new();
         if id == PageId::ROOT && self.count(&id, &[])? == 1 {
             cells.push((0, Cell::Leaf(self.take()?)));
         } else {
-            for c in 0..16u8 {
-                match self.count(&id, &[c])? {
-                    0 => {}
-                    1 => cells.push((child_slot(c), Cell::Leaf(self.take()?))),
-                    _ => {
-                        for g in 0..16u8 {
-                            match self.count(&id, &[c, g])? {
-                                0 => {}
-                                1 => cells.push((grand_slot(c, g), Cell::Leaf(self.take()?))),
-                                _ => {
-                                    let child = self.page(id.child(c, g))?;
-                                    cells.push((
-                                        grand_slot(c, g),
-                                        Cell::Page {
-                                            hash: child.hash(),
-                                            version: self.version,
-                                        },
-                                    ));
-                                }
-                            }
-                        }
+            while let Some(c) = self.next_nibble(&id, &[], d)? {
+                if self.count(&id, &[c])? == 1 {
+                    cells.push((child_slot(c), Cell::Leaf(self.take()?)));
+                    continue;
+                }
+                while let Some(g) = self.next_nibble(&id, &[c], d + 1)? {
+                    if self.count(&id, &[c, g])? == 1 {
+                        cells.push((grand_slot(c, g), Cell::Leaf(self.take()?)));
+                        continue;
                     }
+                    let child = self.page(id.child(c, g))?;
+                    cells.push((
+                        grand_slot(c, g),
+                        Cell::Page {
+                            hash: child.hash(),
+                            version: self.version,
+                        },
+                    ));
                 }
             }
         }
