@@ -449,8 +449,8 @@ fn prepare(
     Ok((t, manifest))
 }
 
-/// Step 3: every chunk not yet in `dir`, verified on arrival. Sets `failed` when it gives up (an importer
-/// waiting for the chunks then stops).
+/// Step 3: every chunk not yet in `dir`, verified on arrival. Sets `failed` when it gives up or panics (an
+/// importer waiting for the chunks then stops).
 fn fetch_chunks(
     dir: &Path,
     cfg: &JoinConfig,
@@ -460,10 +460,18 @@ fn fetch_chunks(
     failed: &AtomicBool,
     handoff: Option<&Handoff>,
 ) -> Result<(), JoinError> {
-    let r = fetch_chunks_inner(dir, cfg, t, manifest, report, handoff);
-    if r.is_err() {
-        failed.store(true, Ordering::Release);
+    /// Sets the flag when dropped armed: on an error, and on a panic, which unwinds through here.
+    struct FailOnDrop<'a>(&'a AtomicBool, bool);
+    impl Drop for FailOnDrop<'_> {
+        fn drop(&mut self) {
+            if self.1 {
+                self.0.store(true, Ordering::Release);
+            }
+        }
     }
+    let mut guard = FailOnDrop(failed, true);
+    let r = fetch_chunks_inner(dir, cfg, t, manifest, report, handoff);
+    guard.1 = r.is_err();
     r
 }
 
@@ -538,13 +546,14 @@ fn fetch_chunks_inner(
                 };
                 match manifest.verify_chunk_hashed(i as u32, &b, &Limits::default()) {
                     Ok(verified) => {
+                        // Handed over before the file is in place, which is when the importer looks for it.
+                        if let Some(h) = handoff {
+                            h.offer(i, verified, b.len());
+                        }
                         if let Err(e) = write_durably(&chunk_path(dir, i), &b) {
                             *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                             stop.store(true, Ordering::Relaxed);
                             return;
-                        }
-                        if let Some(h) = handoff {
-                            h.offer(i, verified, b.len());
                         }
                         bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
                         let f = fetched.fetch_add(1, Ordering::Relaxed) + 1;
@@ -677,10 +686,11 @@ pub fn import(
     import_while_fetching(dir, data, opts, None, None)
 }
 
-/// Chunks the fetchers verified and saved that the importer has not stored yet, with the key paths and value
-/// hashes their verification computed: the importer takes a chunk from here instead of reading its file back
-/// and hashing its pairs again. Bounded by [`HANDOFF_BYTES`] (an estimate of the decoded chunks' memory); a
-/// chunk that does not fit is left to be read from its file, as after a restart.
+/// Chunks the fetchers verified that the importer has not stored yet, with the key paths and value hashes their
+/// verification computed: once a chunk's file is in place, the importer takes the chunk from here instead of
+/// reading the file back and hashing its pairs again. A fetcher hands a chunk over just before saving it (one
+/// whose save fails stays here, and the join fails). Bounded by [`HANDOFF_BYTES`] (an estimate of the decoded
+/// chunks' memory); a chunk that does not fit is read from its file, as after a restart.
 #[derive(Default)]
 struct Handoff {
     held: Mutex<Held>,
@@ -786,9 +796,8 @@ fn import_while_fetching(
                     std::thread::sleep(Duration::from_millis(2));
                 }
             }
-            // Verified by a fetcher of this run, which saved it before handing it over: its pairs with the
-            // hashes that verification computed. (A chunk handed over just after this look stays there, bounded,
-            // until the join ends; its file is read instead.)
+            // Verified by a fetcher of this run, which handed it over before saving it: its pairs with the hashes
+            // that verification computed.
             if let Some(v) = handoff.and_then(|h| h.take(next_chunk)) {
                 next_chunk += 1;
                 current = Box::new(v.chunk.pairs.into_iter().zip(v.hashes).map(

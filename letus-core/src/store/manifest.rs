@@ -35,6 +35,24 @@ enum Node {
     },
 }
 
+impl Node {
+    /// The node `cell` in slot `slot` of page `page` stands for; `count`: its leaves, when known.
+    fn of(page: PageId, slot: SlotNo, cell: Cell, count: Option<u64>) -> Node {
+        match cell {
+            Cell::Leaf(l) => Node::Leaf(l),
+            Cell::Page { hash, version } => {
+                let (c, g) = slot_nibbles(slot);
+                Node::Page {
+                    id: page.child(c, g),
+                    version,
+                    hash,
+                    count,
+                }
+            }
+        }
+    }
+}
+
 impl Snapshot {
     /// The manifest of trie `tid` at `version` (SPEC.md §12.1): the subtrees at depth [`SNAPSHOT_TOP_DEPTH`],
     /// each split one nibble at a time while it holds more than `max_pairs` pairs. Reads every page of the state
@@ -58,19 +76,10 @@ impl Snapshot {
         // The root page's grandchildren are at the manifest's top depth; a leaf above them is an entry there.
         let mut stack: Vec<(u8, Node)> = Vec::new();
         for (slot, cell) in page::slots_in_path_order(&top) {
-            let node = match cell {
-                Cell::Leaf(l) => Node::Leaf(*l),
-                Cell::Page { hash, version } => {
-                    let (c, g) = slot_nibbles(*slot);
-                    Node::Page {
-                        id: PageId::ROOT.child(c, g),
-                        version: *version,
-                        hash: *hash,
-                        count: None,
-                    }
-                }
-            };
-            stack.push((SNAPSHOT_TOP_DEPTH, node));
+            stack.push((
+                SNAPSHOT_TOP_DEPTH,
+                Node::of(PageId::ROOT, *slot, *cell, None),
+            ));
         }
         stack.reverse();
         let mut items = Vec::new();
@@ -131,16 +140,7 @@ impl Snapshot {
                         });
                     } else {
                         for (slot, cell, n) in cells {
-                            let node = match cell {
-                                Cell::Leaf(l) => Node::Leaf(l),
-                                Cell::Page { hash, version } => Node::Page {
-                                    id: page.child(c, slot_nibbles(slot).1),
-                                    version,
-                                    hash,
-                                    count: Some(n),
-                                },
-                            };
-                            stack.push((depth + 1, node));
+                            stack.push((depth + 1, Node::of(page, slot, cell, Some(n))));
                         }
                     }
                 }
@@ -198,7 +198,8 @@ impl Snapshot {
     }
 
     /// The slots of page `id` (its version `pv`) of trie `tid` at `version`, each with the number of leaves
-    /// below it.
+    /// below it (a walk of every page below). A page whose count was known and is split is counted again here,
+    /// once per depth it is split at.
     fn counted_slots(
         &self,
         tid: TrieId,
@@ -213,27 +214,15 @@ impl Snapshot {
                     Cell::Leaf(_) => 1,
                     Cell::Page { version: cv, .. } => {
                         let (c, g) = slot_nibbles(*slot);
-                        self.leaf_count(tid, version, id.child(c, g), *cv)?
+                        self.counted_slots(tid, version, id.child(c, g), *cv)?
+                            .iter()
+                            .map(|(_, _, n)| n)
+                            .sum()
                     }
                 };
                 Ok((*slot, *cell, n))
             })
             .collect()
-    }
-
-    /// The number of leaves below page `id` (its version `pv`) of trie `tid` at `version`.
-    fn leaf_count(&self, tid: TrieId, version: Version, id: PageId, pv: Version) -> Result<u64> {
-        let mut n = 0;
-        for (slot, cell) in self.page_slots(tid, version, id, pv)?.iter() {
-            n += match cell {
-                Cell::Leaf(_) => 1,
-                Cell::Page { version: cv, .. } => {
-                    let (c, g) = slot_nibbles(*slot);
-                    self.leaf_count(tid, version, id.child(c, g), *cv)?
-                }
-            };
-        }
-        Ok(n)
     }
 
     /// One page's slots, read through the scan source (not built, not cached) in a hold of the engine of its own,

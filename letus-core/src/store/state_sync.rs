@@ -11,6 +11,9 @@ use super::*;
 /// holds more pairs than asked.
 pub const SNAPSHOT_TOP_DEPTH: u8 = 2;
 
+/// The record bytes a snapshot chunk reads at a time.
+const VALUE_SLICE_BYTES: u64 = 1 << 20;
+
 /// A key whose value differs between two versions: its new value, or `None` when it is gone.
 pub type KeyChange = (Vec<u8>, Option<Vec<u8>>);
 
@@ -135,27 +138,42 @@ impl Snapshot {
                 )
                 .map(|b| (b, v.engine.dir.clone()))
             })?;
-            // Read without the engine: a prune may have passed `version` meanwhile and GC deleted the file.
-            let locs: Vec<Location> = batch.iter().map(|l| l.loc).collect();
-            let records = self.shared.vdls.read_in_order(&locs);
-            for (leaf, rec) in batch.iter().zip(records) {
-                let rec = match rec {
-                    Err(Error::Collected { .. }) => {
-                        let e = self.shared.engine();
-                        e.check_not_pruned(version)?;
-                        return Err(Error::Collected {
-                            file_id: leaf.loc.file_id,
+            // Read without the engine: a prune may have passed `version` meanwhile and GC deleted the file. The
+            // values are read VALUE_SLICE_BYTES of records at a time (or one record), each slice added before the
+            // next is read, so that a chunk past `max_bytes` is refused before much more than that is held.
+            let mut slice = 0;
+            while slice < batch.len() {
+                let mut bytes = 0u64;
+                let n = batch[slice..]
+                    .iter()
+                    .take_while(|l| {
+                        bytes += u64::from(l.loc.len);
+                        bytes <= VALUE_SLICE_BYTES
+                    })
+                    .count()
+                    .max(1);
+                let leaves = &batch[slice..slice + n];
+                slice += n;
+                let locs: Vec<Location> = leaves.iter().map(|l| l.loc).collect();
+                for (leaf, rec) in leaves.iter().zip(self.shared.vdls.read_in_order(&locs)) {
+                    let rec = match rec {
+                        Err(Error::Collected { .. }) => {
+                            let e = self.shared.engine();
+                            e.check_not_pruned(version)?;
+                            return Err(Error::Collected {
+                                file_id: leaf.loc.file_id,
+                            });
+                        }
+                        r => r?,
+                    };
+                    let (k, val) = view::check_value(&dir, leaf, rec, None)?;
+                    encode_chunk_record(&k, &val, &mut body);
+                    if body.len() > max_bytes {
+                        return Err(Error::ChunkTooLarge {
+                            bytes: body.len(),
+                            limit: max_bytes,
                         });
                     }
-                    r => r?,
-                };
-                let (k, val) = view::check_value(&dir, leaf, rec, None)?;
-                encode_chunk_record(&k, &val, &mut body);
-                if body.len() > max_bytes {
-                    return Err(Error::ChunkTooLarge {
-                        bytes: body.len(),
-                        limit: max_bytes,
-                    });
                 }
             }
             count += batch.len() as u64;

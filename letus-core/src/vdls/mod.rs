@@ -367,16 +367,22 @@ impl VdlsReader {
                 Err(e) => out[i] = Some(Err(e)),
             }
         }
-        placed.sort_unstable_by_key(|p| (p.0, p.1));
+        // A compaction can replace a file (same id, other offsets) between two `locate`s: a run reads one
+        // version of one file.
+        placed.sort_unstable_by_key(|p| (p.0, Arc::as_ptr(&p.3) as usize, p.1));
         let mut buf = Vec::new();
         let mut run_start = 0;
         while run_start < placed.len() {
             let (id, start, first, f) = &placed[run_start];
             let mut end = start + u64::from(locs[*first].len);
             let mut run_end = run_start + 1;
-            while let Some((next_id, at, i, _)) = placed.get(run_end) {
+            while let Some((next_id, at, i, next_f)) = placed.get(run_end) {
                 let next_end = at + u64::from(locs[*i].len);
-                if next_id != id || *at > end + COALESCE_GAP || next_end - start > COALESCE_BYTES {
+                if next_id != id
+                    || !Arc::ptr_eq(next_f, f)
+                    || *at > end + COALESCE_GAP
+                    || next_end - start > COALESCE_BYTES
+                {
                     break;
                 }
                 end = end.max(next_end);
@@ -405,7 +411,7 @@ impl VdlsReader {
         }
         // Every slot was filled above, by its `locate` error or by its run.
         out.into_iter()
-            .map(|r| r.unwrap_or(Err(Error::Cancelled)))
+            .map(|r| r.unwrap_or_else(|| Err(invalid(&self.dir, "a location was left unread"))))
             .collect()
     }
 
