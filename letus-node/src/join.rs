@@ -672,6 +672,9 @@ fn check_frontier(t: &Trusted, f: &FrontierResponse) -> Result<(), String> {
 pub struct ImportReport {
     /// Pairs stored.
     pub pairs: u64,
+    /// Chunks stored as the fetchers handed them over, with their verification's hashes (the others were read
+    /// back from their files and hashed again).
+    pub handed_over: usize,
     /// Time taken (reading and storing; with `join`, from the start of the join).
     pub seconds: f64,
 }
@@ -770,6 +773,7 @@ fn import_while_fetching(
     }
     std::fs::create_dir_all(data).map_err(io(data))?;
     let pairs = manifest.pairs();
+    let mut handed_over = 0usize;
     let store = if pairs == 0 {
         // The empty trie: nothing to load; a store with one empty commit would carry another history.
         return Err(JoinError::Config(
@@ -800,6 +804,7 @@ fn import_while_fetching(
             // that verification computed.
             if let Some(v) = handoff.and_then(|h| h.take(next_chunk)) {
                 next_chunk += 1;
+                handed_over += 1;
                 current = Box::new(v.chunk.pairs.into_iter().zip(v.hashes).map(
                     |((key, value), h)| BulkPair {
                         key,
@@ -895,6 +900,7 @@ fn import_while_fetching(
         t,
         ImportReport {
             pairs,
+            handed_over,
             seconds: started.elapsed().as_secs_f64(),
         },
     ))

@@ -598,6 +598,7 @@ pub fn serve_until(
                 failures = f.failures.len(),
                 fetch_seconds = f.seconds,
                 import_seconds = i.seconds,
+                handed_over = i.handed_over,
                 "joined from a snapshot"
             ),
             None => tracing::info!("the data directory holds a store: no join needed"),

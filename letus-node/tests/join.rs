@@ -238,6 +238,24 @@ fn a_node_joins_from_a_snapshot_while_the_source_commits_and_then_serves_what_th
         "B names the corrupted chunk and its error: {text}"
     );
     assert!(p.asked.lock().unwrap().contains(&2));
+    // The chunks verified in this run were stored with their verification's hashes, not read back and hashed again.
+    let handed_over: usize = text
+        .split("handed_over")
+        .nth(1)
+        .and_then(|rest| rest.split_once('='))
+        .map(|(_, rest)| {
+            // The log may colour the field's name: skip the escape sequences after the '='.
+            let mut rest = rest;
+            while let Some(after) = rest.strip_prefix('\u{1b}') {
+                rest = after.split_once('m').map_or("", |(_, r)| r);
+            }
+            rest.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(handed_over > 0, "no chunk was handed over: {text}");
 
     // Digests, values, proofs and history proofs at every version from V on are A's.
     for v in v_join..=last {
