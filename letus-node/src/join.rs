@@ -733,6 +733,24 @@ impl Handoff {
     }
 }
 
+/// A chunk's pairs for the bulk load, with their verification's hashes when there are some.
+fn bulk_pairs(
+    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    hashes: Option<Vec<(letus_verify::KeyPath, Hash)>>,
+) -> Box<dyn Iterator<Item = BulkPair>> {
+    let hashes = hashes
+        .into_iter()
+        .flatten()
+        .map(Some)
+        .chain(std::iter::repeat(None));
+    Box::new(
+        pairs
+            .into_iter()
+            .zip(hashes)
+            .map(|((key, value), hashed)| BulkPair { key, value, hashed }),
+    )
+}
+
 /// [`import`]; with `fetching`, the chunks are still arriving: each one is waited for (until the fetch gives
 /// up, which sets the flag), so that storing overlaps fetching.
 fn import_while_fetching(
@@ -805,13 +823,7 @@ fn import_while_fetching(
             if let Some(v) = handoff.and_then(|h| h.take(next_chunk)) {
                 next_chunk += 1;
                 handed_over += 1;
-                current = Box::new(v.chunk.pairs.into_iter().zip(v.hashes).map(
-                    |((key, value), h)| BulkPair {
-                        key,
-                        value,
-                        hashed: Some(h),
-                    },
-                ));
+                current = bulk_pairs(v.chunk.pairs, Some(v.hashes));
                 continue;
             }
             let b = std::fs::read(&path).map_err(|e| {
@@ -851,11 +863,7 @@ fn import_while_fetching(
                     ))
                 })?;
             next_chunk += 1;
-            current = Box::new(c.pairs.into_iter().map(|(key, value)| BulkPair {
-                key,
-                value,
-                hashed: None,
-            }));
+            current = bulk_pairs(c.pairs, None);
         });
         match loaded {
             Ok(s) => s,

@@ -269,7 +269,7 @@ impl VerifiedManifest {
         bytes: &[u8],
         limits: &Limits,
     ) -> Result<Chunk, SnapshotError> {
-        self.verify_chunk_hashed(index, bytes, limits)
+        self.check_chunk(index, bytes, limits, false)
             .map(|v| v.chunk)
     }
 
@@ -280,6 +280,17 @@ impl VerifiedManifest {
         index: u32,
         bytes: &[u8],
         limits: &Limits,
+    ) -> Result<VerifiedChunk, SnapshotError> {
+        self.check_chunk(index, bytes, limits, true)
+    }
+
+    /// What both do; `keep`: whether the hashes are kept.
+    fn check_chunk(
+        &self,
+        index: u32,
+        bytes: &[u8],
+        limits: &Limits,
+        keep: bool,
     ) -> Result<VerifiedChunk, SnapshotError> {
         let chunk = Chunk::decode(bytes, limits)?;
         let item = self
@@ -302,14 +313,16 @@ impl VerifiedManifest {
             ));
         }
         let mut v = FullVerifier::new();
-        let mut hashes = Vec::with_capacity(chunk.pairs.len());
+        let mut hashes = Vec::with_capacity(if keep { chunk.pairs.len() } else { 0 });
         for (i, (k, val)) in chunk.pairs.iter().enumerate() {
             let path = KeyPath::of(k);
             if !item.covers(&path) {
                 return Err(SnapshotError::OutsideChunk(i as u64));
             }
             let vh = value_hash(val);
-            hashes.push((path, vh));
+            if keep {
+                hashes.push((path, vh));
+            }
             v.update_hashed(path, &vh).map_err(|e| match e {
                 crate::FullVerifyError::DuplicateKey(i) => SnapshotError::DuplicateKey(i),
                 crate::FullVerifyError::OutOfOrder(i) => SnapshotError::OutOfOrder(i),

@@ -71,23 +71,28 @@ impl View<'_> {
             &mut leaves,
         )?;
         // The record to read for each change: the new leaf's, or the old one's (for its key) when it is gone.
-        let read: Vec<(Leaf, bool)> = leaves
+        let mut read = Vec::with_capacity(leaves.len());
+        let mut present = Vec::with_capacity(leaves.len());
+        for (old, new) in leaves {
+            let (leaf, there) = match (old, new) {
+                (_, Some(n)) => (n, true),
+                (Some(o), None) => (o, false),
+                (None, None) => {
+                    return Err(Error::corrupt(
+                        self.engine.dir.join("lsvps"),
+                        0,
+                        "a trie difference with neither side",
+                    ))
+                }
+            };
+            read.push(leaf);
+            present.push(there);
+        }
+        Ok(self
+            .read_values(&read)?
             .into_iter()
-            .map(|(old, new)| match (old, new) {
-                (_, Some(n)) => Ok((n, true)),
-                (Some(o), None) => Ok((o, false)),
-                (None, None) => Err(Error::corrupt(
-                    self.engine.dir.join("lsvps"),
-                    0,
-                    "a trie difference with neither side",
-                )),
-            })
-            .collect::<Result<_>>()?;
-        let values = self.read_values(&read.iter().map(|(l, _)| *l).collect::<Vec<_>>())?;
-        Ok(values
-            .into_iter()
-            .zip(&read)
-            .map(|((k, v), (_, present))| (k, present.then_some(v)))
+            .zip(present)
+            .map(|((k, v), there)| (k, there.then_some(v)))
             .collect())
     }
 }
