@@ -292,41 +292,54 @@ impl VerifiedManifest {
         limits: &Limits,
         keep: bool,
     ) -> Result<VerifiedChunk, SnapshotError> {
-        let chunk = Chunk::decode(bytes, limits)?;
+        let (head, mut records) = ChunkHead::decode(bytes, limits)?;
+        // The whole chunk decodes before it is checked (SPEC.md §12.3), as `Chunk::decode` would, without copying.
+        let mut decoding = records.clone();
+        while decoding.next_record()?.is_some() {}
         let item = self
             .manifest
             .items
             .get(index as usize)
             .ok_or(SnapshotError::ChunkMismatch("index beyond the manifest"))?;
-        if chunk.index != index {
+        if head.index != index {
             return Err(SnapshotError::ChunkMismatch("another entry's chunk"));
         }
-        if chunk.tid != self.manifest.tid || chunk.version != self.manifest.version {
+        if head.tid != self.manifest.tid || head.version != self.manifest.version {
             return Err(SnapshotError::WrongSnapshot {
                 expected: (self.manifest.tid, self.manifest.version),
-                found: (chunk.tid, chunk.version),
+                found: (head.tid, head.version),
             });
         }
-        if chunk.depth != item.depth || chunk.prefix != item.prefix {
+        if head.depth != item.depth || head.prefix != item.prefix {
             return Err(SnapshotError::ChunkMismatch(
                 "another subtree than the entry's",
             ));
         }
+        // The pairs are verified in place, before any is copied: what a chunk that does not verify makes the
+        // verifier hold is the kept hashes, at most as many as the manifest's count for the entry.
         let mut v = FullVerifier::new();
-        let mut hashes = Vec::with_capacity(if keep { chunk.pairs.len() } else { 0 });
-        for (i, (k, val)) in chunk.pairs.iter().enumerate() {
+        let kept = if keep {
+            usize::try_from(item.count.min(head.count)).unwrap_or(usize::MAX)
+        } else {
+            0
+        };
+        let mut hashes = Vec::with_capacity(kept.min(records.r.remaining() / RECORD_HEAD));
+        let mut n = 0u64;
+        while let Some((k, val)) = records.next_record()? {
+            let i = n;
+            n += 1;
             let path = KeyPath::of(k);
             if !item.covers(&path) {
-                return Err(SnapshotError::OutsideChunk(i as u64));
+                return Err(SnapshotError::OutsideChunk(i));
             }
             let vh = value_hash(val);
-            if keep {
+            if hashes.len() < kept {
                 hashes.push((path, vh));
             }
             v.update_hashed(path, &vh).map_err(|e| match e {
                 crate::FullVerifyError::DuplicateKey(i) => SnapshotError::DuplicateKey(i),
                 crate::FullVerifyError::OutOfOrder(i) => SnapshotError::OutOfOrder(i),
-                _ => SnapshotError::OutOfOrder(i as u64),
+                _ => SnapshotError::OutOfOrder(i),
             })?;
         }
         let computed = v.finalize_at(usize::from(item.depth));
@@ -338,12 +351,13 @@ impl VerifiedManifest {
         }
         // The pairs are the entry's subtree (its hash binds them); a count that differs is the manifest's error,
         // which the root check cannot always see (counts above one are not hashed).
-        if chunk.pairs.len() as u64 != item.count {
+        if n != item.count {
             return Err(SnapshotError::CountMismatch {
                 manifest: item.count,
-                chunk: chunk.pairs.len() as u64,
+                chunk: n,
             });
         }
+        let chunk = Chunk::decode(bytes, limits)?;
         Ok(VerifiedChunk { chunk, hashes })
     }
 }
@@ -412,6 +426,41 @@ impl Chunk {
 
     /// Decodes a chunk, checking sizes against `limits` before anything is allocated for them.
     pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Chunk, DecodeError> {
+        let (head, mut records) = ChunkHead::decode(bytes, limits)?;
+        let cap = usize::try_from(head.count)
+            .unwrap_or(usize::MAX)
+            .min(records.r.remaining() / RECORD_HEAD);
+        let mut pairs = Vec::with_capacity(cap);
+        while let Some((k, v)) = records.next_record()? {
+            pairs.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(Chunk {
+            tid: head.tid,
+            version: head.version,
+            index: head.index,
+            depth: head.depth,
+            prefix: head.prefix,
+            pairs,
+        })
+    }
+}
+
+/// A chunk's header (everything before its records).
+struct ChunkHead {
+    tid: TrieId,
+    version: Version,
+    index: u32,
+    depth: u8,
+    prefix: [u8; 32],
+    count: u64,
+}
+
+impl ChunkHead {
+    /// The header, and the records after it to be read one by one.
+    fn decode<'a>(
+        bytes: &'a [u8],
+        limits: &'a Limits,
+    ) -> Result<(ChunkHead, ChunkRecords<'a>), DecodeError> {
         if bytes.len() > limits.max_chunk_bytes {
             return Err(DecodeError::TooLarge {
                 what: "snapshot chunk bytes",
@@ -425,40 +474,65 @@ impl Chunk {
         let version = r.u64()?;
         let index = r.u32()?;
         let (depth, prefix, count) = read_position(&mut r)?;
-        let cap = usize::try_from(count)
-            .unwrap_or(usize::MAX)
-            .min(r.remaining() / RECORD_HEAD);
-        let mut pairs = Vec::with_capacity(cap);
-        for _ in 0..count {
-            let kl = r.u32()? as usize;
-            let vl = r.u32()? as usize;
-            if kl > limits.max_key_bytes {
-                return Err(DecodeError::TooLarge {
-                    what: "key bytes",
-                    size: kl as u64,
-                    limit: limits.max_key_bytes as u64,
-                });
-            }
-            if vl > limits.max_value_bytes {
-                return Err(DecodeError::TooLarge {
-                    what: "value bytes",
-                    size: vl as u64,
-                    limit: limits.max_value_bytes as u64,
-                });
-            }
-            let k = r.take(kl)?.to_vec();
-            let v = r.take(vl)?.to_vec();
-            pairs.push((k, v));
-        }
-        r.finish()?;
-        Ok(Chunk {
+        let head = ChunkHead {
             tid,
             version,
             index,
             depth,
             prefix,
-            pairs,
-        })
+            count,
+        };
+        Ok((
+            head,
+            ChunkRecords {
+                r,
+                left: count,
+                limits,
+            },
+        ))
+    }
+}
+
+/// One record's `(key, value)`, borrowed from the chunk.
+type Pair<'a> = (&'a [u8], &'a [u8]);
+
+/// A chunk's records, read in place.
+#[derive(Clone)]
+struct ChunkRecords<'a> {
+    r: Reader<'a>,
+    left: u64,
+    limits: &'a Limits,
+}
+
+impl<'a> ChunkRecords<'a> {
+    /// The next `(key, value)`; `None` after the last, once the bytes are checked to end there.
+    fn next_record(&mut self) -> Result<Option<Pair<'a>>, DecodeError> {
+        if self.left == 0 {
+            return match self.r.remaining() {
+                0 => Ok(None),
+                n => Err(DecodeError::TrailingData(n)),
+            };
+        }
+        self.left -= 1;
+        let kl = self.r.u32()? as usize;
+        let vl = self.r.u32()? as usize;
+        if kl > self.limits.max_key_bytes {
+            return Err(DecodeError::TooLarge {
+                what: "key bytes",
+                size: kl as u64,
+                limit: self.limits.max_key_bytes as u64,
+            });
+        }
+        if vl > self.limits.max_value_bytes {
+            return Err(DecodeError::TooLarge {
+                what: "value bytes",
+                size: vl as u64,
+                limit: self.limits.max_value_bytes as u64,
+            });
+        }
+        let k = self.r.take(kl)?;
+        let v = self.r.take(vl)?;
+        Ok(Some((k, v)))
     }
 }
 

@@ -3,6 +3,7 @@
 use crate::error::DecodeError;
 use crate::Hash;
 
+#[derive(Clone)]
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
 }
