@@ -133,7 +133,11 @@ fn main() {
     for round in ["first", "second"] {
         let t = Instant::now();
         let n: usize = (last - 19..=last)
-            .map(|v| snap.changes(0, v - 1, v).unwrap().len())
+            .map(|v| {
+                snap.changes(0, v - 1, v, usize::MAX, u64::MAX)
+                    .unwrap()
+                    .len()
+            })
             .sum();
         let el = t.elapsed().as_secs_f64();
         println!(

@@ -73,6 +73,14 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// More changes between two versions than the caller takes, or more bytes of them
+    /// ([`crate::Snapshot::changes`]).
+    TooManyChanges {
+        /// The most changes taken.
+        max_changes: usize,
+        /// The most bytes of value-log records (keys and values) taken.
+        max_bytes: u64,
+    },
     /// A key or value above the configured limits.
     TooLarge {
         /// "key" or "value".
@@ -159,6 +167,13 @@ impl fmt::Display for Error {
             Error::ChunkTooLarge { bytes, limit } => write!(
                 f,
                 "the snapshot chunk is over {bytes} bytes, above the limit of {limit}: ask for a manifest with smaller entries"
+            ),
+            Error::TooManyChanges {
+                max_changes,
+                max_bytes,
+            } => write!(
+                f,
+                "more than {max_changes} changes or {max_bytes} bytes of keys and values between the two versions: ask for fewer versions"
             ),
             Error::UnknownTrie(t) => write!(f, "trie {t} does not exist at that version"),
             Error::TooLarge { what, size, limit } => {

@@ -47,14 +47,16 @@ impl View<'_> {
         Ok(leaves)
     }
 
-    /// The keys of trie `tid` whose values differ between versions `from` and `to`, in path order, with their
-    /// values at `to`. A trie that does not exist at `from` counts as empty there.
-    pub(super) fn changes(
+    /// The leaves of the keys of trie `tid` whose values differ between versions `from` and `to`, in path order:
+    /// the leaf at `to`, or the one at `from` (for its key) with `false` when the key is gone. A trie that does
+    /// not exist at `from` counts as empty there. `None` when there are more than `max`.
+    pub(super) fn change_leaves(
         &self,
         tid: TrieId,
         from: Version,
         to: Version,
-    ) -> Result<Vec<KeyChange>> {
+        max: usize,
+    ) -> Result<Option<Vec<(Leaf, bool)>>> {
         let new = self.engine.root_page(tid, self.exact(to)?)?;
         let old = match self.engine.root_page(tid, self.exact(from)?) {
             Ok(p) => Some(p),
@@ -63,37 +65,29 @@ impl View<'_> {
         };
         let mut leaves = Vec::new();
         // Pages below the roots are compared by their slots, never built.
-        trie::diff::diff(
+        if !trie::diff::diff(
             &ScanSource(self.engine),
             tid,
             old.as_deref().map(trie::diff::page_slots),
             Some(trie::diff::page_slots(&new)),
+            max,
             &mut leaves,
-        )?;
-        // The record to read for each change: the new leaf's, or the old one's (for its key) when it is gone.
-        let mut read = Vec::with_capacity(leaves.len());
-        let mut present = Vec::with_capacity(leaves.len());
-        for (old, new) in leaves {
-            let (leaf, there) = match (old, new) {
-                (_, Some(n)) => (n, true),
-                (Some(o), None) => (o, false),
-                (None, None) => {
-                    return Err(Error::corrupt(
-                        self.engine.dir.join("lsvps"),
-                        0,
-                        "a trie difference with neither side",
-                    ))
-                }
-            };
-            read.push(leaf);
-            present.push(there);
+        )? {
+            return Ok(None);
         }
-        Ok(self
-            .read_values(&read)?
+        leaves
             .into_iter()
-            .zip(present)
-            .map(|((k, v), there)| (k, there.then_some(v)))
-            .collect())
+            .map(|change| match change {
+                (_, Some(n)) => Ok((n, true)),
+                (Some(o), None) => Ok((o, false)),
+                (None, None) => Err(Error::corrupt(
+                    self.engine.dir.join("lsvps"),
+                    0,
+                    "a trie difference with neither side",
+                )),
+            })
+            .collect::<Result<_>>()
+            .map(Some)
     }
 }
 
@@ -201,8 +195,55 @@ impl Snapshot {
     /// The keys of trie `tid` whose values differ between `from` and `to`, with their values at `to` (`None`:
     /// deleted), in path order. Walks both tries together, skipping every subtree whose hash is unchanged, so the
     /// cost follows the number of changes. A key written with the value it already had is not a change.
-    pub fn changes(&self, tid: TrieId, from: Version, to: Version) -> Result<Vec<KeyChange>> {
-        self.view(|v| v.changes(tid, from, to))
+    ///
+    /// Refused with [`Error::TooManyChanges`] when there are more than `max_changes`, or when their value-log
+    /// records (keys and values) take more than `max_bytes`: the walk stops at the limit and no value is read
+    /// past it. The engine is held for the walk, not while the values are read.
+    pub fn changes(
+        &self,
+        tid: TrieId,
+        from: Version,
+        to: Version,
+        max_changes: usize,
+        max_bytes: u64,
+    ) -> Result<Vec<KeyChange>> {
+        let too_many = Error::TooManyChanges {
+            max_changes,
+            max_bytes,
+        };
+        let (leaves, dir) = self.shared.walk_view(Some(self.version), |v| {
+            v.change_leaves(tid, from, to, max_changes)
+                .map(|l| (l, v.engine.dir.clone()))
+        })?;
+        let Some(leaves) = leaves else {
+            return Err(too_many);
+        };
+        if leaves
+            .iter()
+            .map(|(l, _)| u64::from(l.loc.len))
+            .sum::<u64>()
+            > max_bytes
+        {
+            return Err(too_many);
+        }
+        let locs: Vec<Location> = leaves.iter().map(|(l, _)| l.loc).collect();
+        let mut out = Vec::with_capacity(leaves.len());
+        for ((leaf, there), rec) in leaves.iter().zip(self.shared.vdls.read_in_order(&locs)) {
+            let rec = match rec {
+                // Read without the engine: a prune may have passed `from` meanwhile and GC deleted the file.
+                Err(Error::Collected { .. }) => {
+                    let e = self.shared.engine();
+                    e.check_not_pruned(from)?;
+                    return Err(Error::Collected {
+                        file_id: leaf.loc.file_id,
+                    });
+                }
+                r => r?,
+            };
+            let (k, v) = view::check_value(&dir, leaf, rec, None)?;
+            out.push((k, there.then_some(v)));
+        }
+        Ok(out)
     }
 }
 
@@ -423,8 +464,11 @@ mod tests {
                         &models[to as usize - 1][tid as usize],
                     );
                     let want = model_changes(a, b);
-                    match snap.changes(tid, from, to) {
-                        Ok(got) => assert_eq!(got, want, "trie {tid}, {from}..{to}"),
+                    match snap.changes(tid, from, to, usize::MAX, u64::MAX) {
+                        Ok(got) => {
+                            assert_eq!(got, want, "trie {tid}, {from}..{to}");
+                            at_the_limits(&snap, tid, from, to, &want);
+                        }
                         // A trie that does not exist at `to` has no state to compare.
                         Err(Error::UnknownTrie(_)) => {
                             assert!(tid == 1 && to < 3, "trie {tid}, {from}..{to}")
@@ -478,9 +522,41 @@ mod tests {
             let (a, b) = (&states[from as usize], &states[to as usize]);
             let want = model_changes(a, b);
             assert_eq!(
-                snap.changes(0, from, to).unwrap(),
+                snap.changes(0, from, to, usize::MAX, u64::MAX).unwrap(),
                 want,
                 "{keys} keys, {from}..{to}"
+            );
+            at_the_limits(&snap, 0, from, to, &want);
+        }
+    }
+
+    /// The changes `want` are given when asked with exactly their number and bytes as limits, and refused when
+    /// either limit is one less.
+    fn at_the_limits(snap: &Snapshot, tid: TrieId, from: Version, to: Version, want: &[KeyChange]) {
+        let records = snap
+            .shared
+            .walk_view(Some(snap.version), |v| {
+                v.change_leaves(tid, from, to, usize::MAX)
+            })
+            .unwrap()
+            .unwrap();
+        let bytes: u64 = records.iter().map(|(l, _)| u64::from(l.loc.len)).sum();
+        assert_eq!(records.len(), want.len());
+        let at = |n: usize, b: u64| snap.changes(tid, from, to, n, b);
+        assert_eq!(
+            at(want.len(), bytes).unwrap(),
+            want,
+            "{from}..{to} at the limits"
+        );
+        if let Some(fewer) = want.len().checked_sub(1) {
+            assert!(
+                matches!(at(fewer, bytes), Err(Error::TooManyChanges { .. })),
+                "{from}..{to}: {fewer} changes allowed of {}",
+                want.len()
+            );
+            assert!(
+                matches!(at(want.len(), bytes - 1), Err(Error::TooManyChanges { .. })),
+                "{from}..{to}: one byte fewer"
             );
         }
     }

@@ -22,46 +22,47 @@ pub fn page_slots(p: &Page) -> PageSlots<'_> {
 /// Appends the leaves that differ between `old` and `new` (the same page of two versions, or `None` for an empty
 /// trie), in path order. Pages below are read as slots from a [`SlotSource`]: none is built and no hash computed
 /// (where a built page holds an inline branch's hash, this compares the branch's at most 16 cells).
+///
+/// Returns `false`, with `out` incomplete, as soon as more than `max` changes are known: the walk then stops, so
+/// neither its time nor `out` (nor the leaves collected on the way) grows past what `max` allows.
 pub fn diff<S: SlotSource>(
     src: &S,
     tid: TrieId,
     old: Option<PageSlots<'_>>,
     new: Option<PageSlots<'_>>,
+    max: usize,
     out: &mut Vec<LeafChange>,
-) -> Result<()> {
+) -> Result<bool> {
     let (Some(o), Some(n)) = (old, new) else {
-        let mut a = Vec::new();
-        let mut b = Vec::new();
-        if let Some(p) = old {
-            page_leaves(src, tid, p, &mut a)?;
-        }
-        if let Some(p) = new {
-            page_leaves(src, tid, p, &mut b)?;
-        }
-        merge(a, b, out);
-        return Ok(());
+        return collect_and_merge(
+            max,
+            out,
+            |a| old.map_or(Ok(true), |p| page_leaves(src, tid, p, a)),
+            |b| new.map_or(Ok(true), |p| page_leaves(src, tid, p, b)),
+        );
     };
     // The same page version: nothing below differs.
     if o.1 == n.1 {
-        return Ok(());
+        return Ok(true);
     }
     // A page root that is not a branch (empty, or the root page's lone leaf at slot 0) holds at most one key:
     // collecting both sides costs what changed.
     let branch = |p: &PageSlots<'_>| p.2.first().is_some_and(|(s, _)| *s != 0);
     if !branch(&o) || !branch(&n) {
-        let mut a = Vec::new();
-        let mut b = Vec::new();
-        page_leaves(src, tid, o, &mut a)?;
-        page_leaves(src, tid, n, &mut b)?;
-        merge(a, b, out);
-        return Ok(());
+        return collect_and_merge(
+            max,
+            out,
+            |a| page_leaves(src, tid, o, a),
+            |b| page_leaves(src, tid, n, b),
+        );
     }
     for c in 0..16u8 {
         let (ol, nl) = (cell(o.2, child_slot(c)), cell(n.2, child_slot(c)));
         let (og, ng) = (grandchildren(o.2, c), grandchildren(n.2, c));
         // A child is a leaf, or a branch of grandchildren, or empty; a branch on both sides is compared cell by
         // cell, anything else by its leaves.
-        if ol.is_none() && nl.is_none() && !og.is_empty() && !ng.is_empty() {
+        let complete = if ol.is_none() && nl.is_none() && !og.is_empty() && !ng.is_empty() {
+            let mut complete = true;
             for g in 0..16u8 {
                 let slot = grand_slot(c, g);
                 let (ocell, ncell) = (cell(og, slot), cell(ng, slot));
@@ -69,33 +70,93 @@ pub fn diff<S: SlotSource>(
                     continue;
                 }
                 let id = o.0.child(c, g);
-                match (ocell, ncell) {
+                complete = match (ocell, ncell) {
                     (
                         Some(Cell::Page { version: ov, .. }),
                         Some(Cell::Page { version: nv, .. }),
                     ) => {
                         let op = src.slots(tid, id, *ov)?;
                         let np = src.slots(tid, id, *nv)?;
-                        diff(src, tid, Some((id, *ov, &op)), Some((id, *nv, &np)), out)?;
+                        diff(
+                            src,
+                            tid,
+                            Some((id, *ov, &op)),
+                            Some((id, *nv, &np)),
+                            max,
+                            out,
+                        )?
                     }
-                    _ => {
-                        let mut a = Vec::new();
-                        let mut b = Vec::new();
-                        cell_leaves(src, tid, id, ocell, &mut a)?;
-                        cell_leaves(src, tid, id, ncell, &mut b)?;
-                        merge(a, b, out);
-                    }
+                    _ => collect_and_merge(
+                        max,
+                        out,
+                        |a| cell_leaves(src, tid, id, ocell, a),
+                        |b| cell_leaves(src, tid, id, ncell, b),
+                    )?,
+                };
+                if !complete {
+                    break;
                 }
             }
+            complete
         } else if !(same_cell(ol, nl) && og.is_empty() && ng.is_empty()) {
-            let mut a = Vec::new();
-            let mut b = Vec::new();
-            child_leaves(src, tid, o.0, c, ol, og, &mut a)?;
-            child_leaves(src, tid, n.0, c, nl, ng, &mut b)?;
-            merge(a, b, out);
+            collect_and_merge(
+                max,
+                out,
+                |a| child_leaves(src, tid, o.0, c, ol, og, a),
+                |b| child_leaves(src, tid, n.0, c, nl, ng, b),
+            )?
+        } else {
+            true
+        };
+        if !complete {
+            return Ok(false);
         }
     }
-    Ok(())
+    Ok(true)
+}
+
+/// Leaves collected for a merge, at most `cap`.
+struct Leaves {
+    leaves: Vec<Leaf>,
+    cap: usize,
+}
+
+impl Leaves {
+    /// Adds `l`; `false` once the cap is reached (the caller stops).
+    fn push(&mut self, l: Leaf) -> bool {
+        self.leaves.push(l);
+        self.leaves.len() < self.cap
+    }
+}
+
+/// Collects both sides' leaves of a subtree whose structure differs and merges them into `out`.
+///
+/// Where the diff collects leaves, one side is at most one leaf (a leaf against a branch, or anything against
+/// nothing), so the subtree holds at least `max(|a|, |b|) - 1` changes. A side that reaches `max - out.len() + 2`
+/// leaves therefore means more than `max` changes, and its collection stops there.
+fn collect_and_merge(
+    max: usize,
+    out: &mut Vec<LeafChange>,
+    a: impl FnOnce(&mut Leaves) -> Result<bool>,
+    b: impl FnOnce(&mut Leaves) -> Result<bool>,
+) -> Result<bool> {
+    let cap = max.saturating_sub(out.len()).saturating_add(2);
+    let mut x = Leaves {
+        leaves: Vec::new(),
+        cap,
+    };
+    if !a(&mut x)? {
+        return Ok(false);
+    }
+    let mut y = Leaves {
+        leaves: Vec::new(),
+        cap,
+    };
+    if !b(&mut y)? {
+        return Ok(false);
+    }
+    merge(x.leaves, y.leaves, out);
+    Ok(out.len() <= max)
 }
 
 // The comparisons below stand for comparing node hashes without computing any: a leaf's hash is a function of
@@ -138,13 +199,14 @@ fn page_leaves<S: SlotSource>(
     src: &S,
     tid: TrieId,
     (id, _, cells): PageSlots<'_>,
-    out: &mut Vec<Leaf>,
-) -> Result<()> {
+    out: &mut Leaves,
+) -> Result<bool> {
+    let mut more = true;
     super::walk_slots_after(src, tid, id, cells, None, &mut |l| {
-        out.push(*l);
-        Ok(true)
-    })
-    .map(|_| ())
+        more = out.push(*l);
+        Ok(more)
+    })?;
+    Ok(more)
 }
 
 /// The leaves of child `c` of page `id`: its leaf `leaf`, or below its grandchildren `grand`.
@@ -155,16 +217,20 @@ fn child_leaves<S: SlotSource>(
     c: u8,
     leaf: Option<&Cell>,
     grand: &[(SlotNo, Cell)],
-    out: &mut Vec<Leaf>,
-) -> Result<()> {
+    out: &mut Leaves,
+) -> Result<bool> {
     if let Some(Cell::Leaf(l)) = leaf {
-        out.push(*l);
+        if !out.push(*l) {
+            return Ok(false);
+        }
     }
     for (slot, cell) in grand {
         let (_, g) = super::slot_nibbles(*slot);
-        cell_leaves(src, tid, id.child(c, g), Some(cell), out)?;
+        if !cell_leaves(src, tid, id.child(c, g), Some(cell), out)? {
+            return Ok(false);
+        }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The leaves below grandchild `cell`, whose page (when it is one) is `id`.
@@ -173,14 +239,11 @@ fn cell_leaves<S: SlotSource>(
     tid: TrieId,
     id: PageId,
     cell: Option<&Cell>,
-    out: &mut Vec<Leaf>,
-) -> Result<()> {
+    out: &mut Leaves,
+) -> Result<bool> {
     match cell {
-        None => Ok(()),
-        Some(Cell::Leaf(l)) => {
-            out.push(*l);
-            Ok(())
-        }
+        None => Ok(true),
+        Some(Cell::Leaf(l)) => Ok(out.push(*l)),
         Some(Cell::Page { version, .. }) => {
             let slots = src.slots(tid, id, *version)?;
             page_leaves(src, tid, (id, *version, &slots), out)
