@@ -201,7 +201,7 @@ impl From<letus_core::Error> for ApiError {
             E::VersionNotFound(v) => ApiError::VersionNotFound(v),
             E::BeforeOldest { version, oldest } => ApiError::BeforeSnapshot { version, oldest },
             E::Pruned { version, oldest } => ApiError::Pruned { version, oldest },
-            E::ChunkTooLarge { .. } => ApiError::TooLarge(e.to_string()),
+            E::ChunkTooLarge { .. } | E::TooManyChanges { .. } => ApiError::TooLarge(e.to_string()),
             E::InvalidCursor(v) => ApiError::InvalidCursor(v),
             E::TooLarge { what, size, limit } => ApiError::TooLarge(format!(
                 "{what} of {size} bytes is above the limit of {limit}"

@@ -368,10 +368,29 @@ fn trust(dir: &Path, cfg: &JoinConfig, agent: &ureq::Agent) -> Result<Trusted, J
     Ok(t)
 }
 
-fn verified_manifest(t: &Trusted, bytes: &[u8]) -> Result<VerifiedManifest, SnapshotError> {
-    Manifest::decode(bytes, &Limits::default())
+///
+/// Refused too (`count_mismatch`) when an entry counts more pairs than the `max_pairs` asked for: a source splits
+/// every subtree above it (one key, the most a subtree at depth 64 holds, is always allowed), and a count above
+/// one is not hashed, so nothing else bounds what a lying source could make the joiner expect of a chunk.
+fn verified_manifest(
+    t: &Trusted,
+    bytes: &[u8],
+) -> Result<VerifiedManifest, (&'static str, String)> {
+    let m = Manifest::decode(bytes, &Limits::default())
         .map_err(SnapshotError::from)
         .and_then(|m| m.verify(t.tid, t.version, &t.root()))
+        .map_err(|e| (e.code(), e.to_string()))?;
+    let max = t.max_pairs.max(1);
+    if let Some((i, item)) = m.items().iter().enumerate().find(|(_, e)| e.count > max) {
+        return Err((
+            "count_mismatch",
+            format!(
+                "manifest entry {i} counts {} pairs, above the {max} asked for per entry",
+                item.count
+            ),
+        ));
+    }
+    Ok(m)
 }
 
 /// Steps 1-4: the trusted state's manifest, chunks and history frontier, verified, in `dir` (resumed if `dir`
@@ -403,9 +422,9 @@ fn prepare(
     let t = trust(dir, cfg, &agent)?;
     let mpath = dir.join("manifest.bin");
     let manifest = match std::fs::read(&mpath) {
-        Ok(b) => verified_manifest(&t, &b).map_err(|e| JoinError::Verify {
+        Ok(b) => verified_manifest(&t, &b).map_err(|(code, _)| JoinError::Verify {
             what: format!("{} (saved earlier)", mpath.display()),
-            code: e.code(),
+            code,
         })?,
         Err(_) => {
             let mut got = None;
@@ -422,8 +441,8 @@ fn prepare(
                             got = Some(m);
                             break;
                         }
-                        Err(e) => {
-                            let f = format!("manifest from {s}: {}: {e}", e.code());
+                        Err((code, e)) => {
+                            let f = format!("manifest from {s}: {code}: {e}");
                             tracing::warn!("{f}");
                             report.failures.push(f);
                         }
@@ -517,11 +536,22 @@ fn fetch_chunks_inner(
                 let slot = {
                     let mut next_slot = pace.lock().unwrap_or_else(|p| p.into_inner());
                     let start = (*next_slot).max(Instant::now());
-                    *next_slot = start
-                        + Duration::from_secs_f64(item.count as f64 / cfg.max_pairs_per_sec as f64);
+                    // At most `max_pairs` (the manifest is refused otherwise), but a flag may make that large.
+                    let share = Duration::try_from_secs_f64(
+                        item.count as f64 / cfg.max_pairs_per_sec as f64,
+                    )
+                    .unwrap_or(Duration::from_secs(3600));
+                    *next_slot = start.checked_add(share).unwrap_or(start);
                     start
                 };
-                std::thread::sleep(slot.saturating_duration_since(Instant::now()));
+                // In steps, so that a worker waiting for its slot stops with the others.
+                while !stop.load(Ordering::Relaxed) {
+                    let left = slot.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    std::thread::sleep(left.min(Duration::from_millis(200)));
+                }
             }
             let mut last_code = "sources_failed";
             let mut done = false;
@@ -765,13 +795,12 @@ fn import_while_fetching(
     let t: Trusted = serde_json::from_slice(&std::fs::read(&file).map_err(io(&file))?)
         .map_err(|e| JoinError::Config(format!("{}: {e}", file.display())))?;
     let mpath = dir.join("manifest.bin");
-    let manifest =
-        verified_manifest(&t, &std::fs::read(&mpath).map_err(io(&mpath))?).map_err(|e| {
-            JoinError::Verify {
-                what: mpath.display().to_string(),
-                code: e.code(),
-            }
-        })?;
+    let manifest = verified_manifest(&t, &std::fs::read(&mpath).map_err(io(&mpath))?).map_err(
+        |(code, _)| JoinError::Verify {
+            what: mpath.display().to_string(),
+            code,
+        },
+    )?;
     let hpath = dir.join("history.json");
     let f: FrontierResponse =
         serde_json::from_slice(&std::fs::read(&hpath).map_err(io(&hpath))?)
@@ -1364,5 +1393,59 @@ mod handoff_tests {
         }
         let held = h.held.lock().unwrap();
         assert_eq!((held.chunks.len(), held.cost), (0, 0));
+    }
+}
+
+#[cfg(test)]
+mod manifest_tests {
+    use letus_verify::snapshot::{Manifest, ManifestBuilder};
+    use letus_verify::{FullVerifier, KeyPath};
+
+    use super::{verified_manifest, Trusted};
+
+    /// A manifest of 500 pairs split at `max` pairs an entry, and the trust record of its state.
+    fn manifest(max: u64) -> (Manifest, Trusted) {
+        let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..500)
+            .map(|i| (format!("k{i}").into_bytes(), b"v".to_vec()))
+            .collect();
+        pairs.sort_by_key(|(k, _)| KeyPath::of(k));
+        let mut full = FullVerifier::new();
+        let mut b = ManifestBuilder::new(2, max);
+        for (k, v) in &pairs {
+            full.update(k, v).unwrap();
+            b.push_pair(k, v).unwrap();
+        }
+        let root = full.finalize();
+        let m = Manifest {
+            tid: 0,
+            version: 7,
+            root,
+            items: b.finish(),
+        };
+        let t = Trusted {
+            tid: 0,
+            version: 7,
+            root: root.to_hex(),
+            history_len: 7,
+            history_root: root.to_hex(),
+            max_pairs: max,
+        };
+        (m, t)
+    }
+
+    #[test]
+    fn a_manifest_entry_counting_more_than_asked_is_refused() {
+        let (mut m, t) = manifest(4);
+        assert!(verified_manifest(&t, &m.encode()).is_ok());
+        // Counts above one are not hashed: an inflated count still verifies against the root, and would make
+        // the joiner pace (and expect) a chunk of that many pairs.
+        let i = m.items.iter().position(|e| e.count > 1).unwrap();
+        m.items[i].count = 1 << 50;
+        let (code, why) = verified_manifest(&t, &m.encode()).unwrap_err();
+        assert_eq!(code, "count_mismatch");
+        assert!(why.contains(&format!("entry {i}")), "{why}");
+        // Up to the pairs asked for is a manifest's own business.
+        m.items[i].count = 4;
+        assert!(verified_manifest(&t, &m.encode()).is_ok());
     }
 }

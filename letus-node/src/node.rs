@@ -129,6 +129,10 @@ pub const DEFAULT_SNAPSHOT_PAIRS: u64 = 16_384;
 /// Most key changes one `changes` answer carries.
 pub const MAX_CHANGES: usize = 1_000_000;
 
+/// The least bytes of keys and values (value-log records) one changes answer may carry; more when blocks may be
+/// larger (`max_body_bytes`).
+pub const MIN_CHANGE_BYTES: u64 = 32 << 20;
+
 /// The writer's lock is only ever poisoned by a panic outside `write_block` (which catches its own, see there):
 /// there is none, so this answers what cannot happen with a 500 rather than a panic.
 fn lock_err<T>(_: T) -> ApiError {
@@ -669,7 +673,7 @@ impl Node {
                 if let Some(n) = self.limits.max_traceable_blocks {
                     // Whole segments only, so this is a few unlinks now and then. A failure leaves the block
                     // store poisoned, and the next write reopens it, as after a failed append.
-                    let below = (req_version + 1).saturating_sub(n.max(1));
+                    let below = req_version.saturating_add(1).saturating_sub(n.max(1));
                     if let Err(e) = self.blocks().cut_tail(below) {
                         tracing::warn!(error = %e, "cutting the block store's tail failed");
                     }
@@ -795,13 +799,9 @@ impl Node {
             Self::resolve(&store, Some(to))?,
         );
         trie_digest(&store, tid, to)?;
-        let changes = store.changes(tid, from, to)?;
-        if changes.len() > MAX_CHANGES {
-            return Err(ApiError::TooLarge(format!(
-                "{} changes; at most {MAX_CHANGES} per answer: ask for fewer versions",
-                changes.len()
-            )));
-        }
+        // A version's changes are at most one block's writes: the bytes allowed follow the block size allowed.
+        let max_bytes = (self.limits.max_body_bytes as u64).max(MIN_CHANGE_BYTES);
+        let changes = store.changes(tid, from, to, MAX_CHANGES, max_bytes)?;
         Ok(ChangesResponse {
             tid,
             from,

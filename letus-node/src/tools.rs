@@ -634,8 +634,18 @@ fn import_into(
             if let Some(f) = failed {
                 return Err(f);
             }
-            // An export that does not verify is the reason to report (a cut one ends its pairs early).
-            while read_chunk(&mut reader)? {}
+            // An export that does not verify is the reason to report (a cut one ends its pairs early). Its
+            // records are consumed as they are read, so that the rest of a large file is never held at once.
+            loop {
+                match reader.next_record() {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => {}
+                    Err(v) => return Err(format!("the export does not verify: {v}")),
+                }
+                if !read_chunk(&mut reader)? {
+                    break;
+                }
+            }
             if let Err(v) = reader.finish(&trusted) {
                 return Err(format!("the export does not verify: {v}"));
             }

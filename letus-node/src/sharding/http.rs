@@ -114,6 +114,26 @@ async fn call<T: Send + 'static>(
     blocking(move || f(&r)).await.map(Json)
 }
 
+/// A read: [`call`] under one of the router's read permits (at most `max_concurrent_reads` at once; the rest
+/// wait), since each may hold answers of every shard.
+async fn read<T: Send + 'static>(
+    r: &Arc<Router>,
+    f: impl FnOnce(&Router) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let permit = r
+        .reads
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let r = r.clone();
+    blocking(move || {
+        let _permit = permit;
+        f(&r)
+    })
+    .await
+}
+
 async fn write_block(State(r): S, req: Request) -> Result<Json<DigestsResponse>, ApiError> {
     // The token before any byte of the body, as on a node.
     if !authorized(req.headers(), &r.token) {
@@ -156,8 +176,7 @@ async fn snapshot_manifest(
     q: Result<Query<ManifestQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (tid, v, max_pairs) = manifest_params(p, q)?;
-    let r = r.clone();
-    let m = blocking(move || r.snapshot_manifest(tid, v, max_pairs)).await?;
+    let m = read(&r, move |r| r.snapshot_manifest(tid, v, max_pairs)).await?;
     Ok((
         [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
         m,
@@ -171,8 +190,7 @@ async fn snapshot_chunk(
     q: Result<Query<ChunkQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (tid, index, v, depth, prefix) = chunk_params(p, q)?;
-    let r = r.clone();
-    let c = blocking(move || r.snapshot_chunk(tid, v, index, depth, &prefix)).await?;
+    let c = read(&r, move |r| r.snapshot_chunk(tid, v, index, depth, &prefix)).await?;
     Ok((
         [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
         c,
@@ -186,7 +204,7 @@ async fn changes(
     q: Result<Query<ChangesQuery>, QueryRejection>,
 ) -> Result<Json<ChangesResponse>, ApiError> {
     let (tid, from, to) = changes_params(p, q)?;
-    call(&r, move |r| r.changes(tid, from, to)).await
+    read(&r, move |r| r.changes(tid, from, to)).await.map(Json)
 }
 
 async fn shard_map(State(r): S) -> Result<Json<MapResponse>, ApiError> {
@@ -209,11 +227,11 @@ async fn block(
     v: Result<Path<String>, PathRejection>,
 ) -> Result<Json<BlockResponse>, ApiError> {
     let v = version_param(&path(v)?)?;
-    call(&r, move |r| r.block(v)).await
+    read(&r, move |r| r.block(v)).await.map(Json)
 }
 
 async fn digest_latest(State(r): S) -> Result<Json<DigestsResponse>, ApiError> {
-    call(&r, |r| r.digests(None)).await
+    read(&r, |r| r.digests(None)).await.map(Json)
 }
 
 async fn digest_at(
@@ -221,7 +239,7 @@ async fn digest_at(
     v: Result<Path<String>, PathRejection>,
 ) -> Result<Json<DigestsResponse>, ApiError> {
     let v = version_param(&path(v)?)?;
-    call(&r, move |r| r.digests(Some(v))).await
+    read(&r, move |r| r.digests(Some(v))).await.map(Json)
 }
 
 async fn consistency(
@@ -229,7 +247,9 @@ async fn consistency(
     q: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Json<ConsistencyResponse>, ApiError> {
     let (tid, from, to) = range(q, "from")?;
-    call(&r, move |r| r.consistency(tid, from, to)).await
+    read(&r, move |r| r.consistency(tid, from, to))
+        .await
+        .map(Json)
 }
 
 async fn inclusion(
@@ -237,7 +257,9 @@ async fn inclusion(
     q: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Json<InclusionResponse>, ApiError> {
     let (tid, version, at) = range(q, "version")?;
-    call(&r, move |r| r.inclusion(tid, version, at)).await
+    read(&r, move |r| r.inclusion(tid, version, at))
+        .await
+        .map(Json)
 }
 
 async fn frontier(
@@ -247,7 +269,7 @@ async fn frontier(
     let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let tid = q.tid.as_deref().map(tid_param).transpose()?.unwrap_or(0);
     let version = q.version.as_deref().map(version_param).transpose()?;
-    call(&r, move |r| r.frontier(tid, version)).await
+    read(&r, move |r| r.frontier(tid, version)).await.map(Json)
 }
 
 async fn value(
@@ -259,7 +281,7 @@ async fn value(
     let tid = tid_param(&tid)?;
     let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let v = q.get()?;
-    call(&r, move |r| r.value(tid, &key, v)).await
+    read(&r, move |r| r.value(tid, &key, v)).await.map(Json)
 }
 
 async fn value_of_empty_key(
@@ -270,7 +292,7 @@ async fn value_of_empty_key(
     let tid = tid_param(&path(p)?)?;
     let Query(q) = q.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let v = q.get()?;
-    call(&r, move |r| r.value(tid, "", v)).await
+    read(&r, move |r| r.value(tid, "", v)).await.map(Json)
 }
 
 async fn value_post(
@@ -280,7 +302,9 @@ async fn value_post(
 ) -> Result<Json<ValueResponse>, ApiError> {
     let tid = tid_param(&path(p)?)?;
     let req: ValueRequest = parse_json(body, r.limits.max_body_bytes)?;
-    call(&r, move |r| r.value(tid, &req.key, req.version)).await
+    read(&r, move |r| r.value(tid, &req.key, req.version))
+        .await
+        .map(Json)
 }
 
 async fn history(
@@ -297,7 +321,7 @@ async fn history(
         limit,
         before,
     };
-    call(&r, move |r| r.history(tid, req)).await
+    read(&r, move |r| r.history(tid, req)).await.map(Json)
 }
 
 async fn history_post(
@@ -307,7 +331,7 @@ async fn history_post(
 ) -> Result<Json<HistoryResponse>, ApiError> {
     let tid = tid_param(&path(p)?)?;
     let req: HistoryRequest = parse_json(body, r.limits.max_body_bytes)?;
-    call(&r, move |r| r.history(tid, req)).await
+    read(&r, move |r| r.history(tid, req)).await.map(Json)
 }
 
 async fn multi_proof(
@@ -317,5 +341,5 @@ async fn multi_proof(
 ) -> Result<Json<MultiProofResponse>, ApiError> {
     let tid = tid_param(&path(p)?)?;
     let req: MultiProofRequest = parse_json(body, r.limits.max_body_bytes)?;
-    call(&r, move |r| r.multi_proof(tid, req)).await
+    read(&r, move |r| r.multi_proof(tid, req)).await.map(Json)
 }

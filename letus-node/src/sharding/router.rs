@@ -392,6 +392,9 @@ pub struct Router {
     move_step_pairs: usize,
     /// Exports running (each holds a blocking thread until its client has read it), at most `max_streams`.
     pub streams: Arc<tokio::sync::Semaphore>,
+    /// Permits for the reads being computed (each may hold answers of every shard), `max_concurrent_reads` in
+    /// all, as on a node.
+    pub reads: Arc<tokio::sync::Semaphore>,
     tops: Mutex<VecDeque<(Version, VersionTops)>>,
 }
 
@@ -467,6 +470,7 @@ impl Router {
         }
         .filter(|r| pending.as_ref().is_none_or(|p| p.version < r.started));
         let max_streams = cfg.limits.max_streams;
+        let max_reads = cfg.limits.max_concurrent_reads.max(1);
         let router = Router {
             shards: shard_urls
                 .iter()
@@ -493,6 +497,7 @@ impl Router {
             metrics: crate::metrics::Metrics::new(),
             move_step_pairs: cfg.move_step_pairs.max(1),
             streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
+            reads: Arc::new(tokio::sync::Semaphore::new(max_reads)),
             tops: Mutex::new(VecDeque::new()),
         };
         let latest = router.finished().latest;
