@@ -10,7 +10,8 @@
 //! 3. **Join**: `letus serve --join A --trusted-root R --join-version V --follow` on an empty data directory B
 //!    (V: A's newest version, R its root): manifest and chunks over HTTP, each chunk verified on arrival and stored
 //!    as it comes, then the node serves. The time from spawning B to its first line is the join time; A's commit
-//!    rate meanwhile is the "while serving the snapshot" figure. `--nice-b` runs B at nice 19.
+//!    rate meanwhile is the "while serving the snapshot" figure. `--nice-b` runs B at nice 19; `--pin` keeps A
+//!    and the writer on CPU 0 and B on CPU 1 in every phase (two one-core machines).
 //! 4. **Catch up**: the writer stops; B, following A, applies A's versions since the snapshot; the time until B
 //!    has A's newest version, and B's digest there against A's.
 //!
@@ -69,6 +70,10 @@ struct Args {
     /// serving is not measured).
     #[arg(long)]
     quiet_source: bool,
+    /// A and the writer on CPU 0, B on CPU 1 (`taskset`), in every phase: two machines of one core each, so
+    /// that A's rate while serving shows what serving costs A and not what B's work on A's cores costs it.
+    #[arg(long)]
+    pin: bool,
 }
 
 const TOKEN: &str = "join-bench";
@@ -93,13 +98,22 @@ fn serve_logged(
     flags: &[&str],
     log: Option<&Path>,
     nice: bool,
+    cpu: Option<usize>,
 ) -> (Child, String) {
-    let mut cmd = if nice {
-        let mut c = Command::new("nice");
-        c.args(["-n", "19"]).arg(bin);
-        c
-    } else {
-        Command::new(bin)
+    let mut prefix: Vec<String> = Vec::new();
+    if let Some(cpu) = cpu {
+        prefix.extend(["taskset".into(), "-c".into(), cpu.to_string()]);
+    }
+    if nice {
+        prefix.extend(["nice".into(), "-n".into(), "19".into()]);
+    }
+    let mut cmd = match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(bin);
+            c
+        }
+        None => Command::new(bin),
     };
     let mut c = cmd
         .args([
@@ -220,6 +234,11 @@ fn rate_during<T>(w: &Writer, f: impl FnOnce() -> T) -> (T, f64, f64) {
 
 fn main() {
     let args = Args::parse();
+    let (a_cpu, b_cpu) = if args.pin {
+        (Some(0), Some(1))
+    } else {
+        (None, None)
+    };
     let bin = args.bin.clone().unwrap_or_else(|| {
         let exe = std::env::current_exe().unwrap();
         exe.parent().unwrap().parent().unwrap().join("letus")
@@ -247,7 +266,19 @@ fn main() {
         "{}",
         json!({"phase": "A's state", "accounts": args.accounts, "seconds": t.elapsed().as_secs_f64()})
     );
-    let (mut a, a_url) = serve_logged(&bin, &a_dir, &[], None, false);
+    if args.pin {
+        // This process (the writer) keeps to A's CPU; threads started later inherit it.
+        let ok = Command::new("taskset")
+            .args(["-a", "-p", "-c", "0", &std::process::id().to_string()])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            ok,
+            "taskset failed: --pin needs util-linux's taskset and two CPUs"
+        );
+    }
+    let (mut a, a_url) = serve_logged(&bin, &a_dir, &[], None, false, a_cpu);
     let w = writer(a_url.clone(), args.accounts, 1);
 
     // 2. Idle.
@@ -286,7 +317,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(300));
     }
     let ((mut b, b_url), serving, join_secs) = rate_during(&w, || {
-        serve_logged(&bin, &b_dir, &b_flags, Some(&log), args.nice_b)
+        serve_logged(&bin, &b_dir, &b_flags, Some(&log), args.nice_b, b_cpu)
     });
     if args.quiet_source {
         w.pause.store(false, Ordering::Relaxed);
@@ -336,6 +367,7 @@ fn main() {
                 "A commit rate while serving / idle": serving / idle,
                 "B niced": args.nice_b,
                 "A quiet while serving": args.quiet_source,
+                "A on CPU 0, B on CPU 1": args.pin,
                 "B max pairs/s": args.max_pairs_per_sec,
                 "same digests": same,
             }
