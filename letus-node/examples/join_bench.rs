@@ -11,7 +11,7 @@
 //!    (V: A's newest version, R its root): manifest and chunks over HTTP, each chunk verified on arrival and stored
 //!    as it comes, then the node serves. The time from spawning B to its first line is the join time; A's commit
 //!    rate meanwhile is the "while serving the snapshot" figure. `--nice-b` runs B at nice 19; `--pin` keeps A
-//!    and the writer on CPU 0 and B on CPU 1 in every phase (two one-core machines).
+//!    and the writer on CPU 0 and B on CPU 1 from the idle phase on (two one-core machines).
 //! 4. **Catch up**: the writer stops; B, following A, applies A's versions since the snapshot; the time until B
 //!    has A's newest version, and B's digest there against A's.
 //!
@@ -70,7 +70,7 @@ struct Args {
     /// serving is not measured).
     #[arg(long)]
     quiet_source: bool,
-    /// A and the writer on CPU 0, B on CPU 1 (`taskset`), in every phase: two machines of one core each, so
+    /// A and the writer on CPU 0, B on CPU 1 (`taskset`), from the idle phase on: two machines of one core each, so
     /// that A's rate while serving shows what serving costs A and not what B's work on A's cores costs it.
     #[arg(long)]
     pin: bool,

@@ -368,6 +368,8 @@ fn trust(dir: &Path, cfg: &JoinConfig, agent: &ureq::Agent) -> Result<Trusted, J
     Ok(t)
 }
 
+/// The manifest in `bytes`, decoded and verified against the trusted root (SPEC.md §12.2); the error's stable
+/// code and its text otherwise.
 ///
 /// Refused too (`count_mismatch`) when an entry counts more pairs than the `max_pairs` asked for: a source splits
 /// every subtree above it (one key, the most a subtree at depth 64 holds, is always allowed), and a count above
@@ -551,6 +553,10 @@ fn fetch_chunks_inner(
                         break;
                     }
                     std::thread::sleep(left.min(Duration::from_millis(200)));
+                }
+                // Stopped while waiting: whatever stopped the others is the error to report, not this fetch's.
+                if stop.load(Ordering::Relaxed) {
+                    return;
                 }
             }
             let mut last_code = "sources_failed";

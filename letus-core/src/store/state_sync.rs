@@ -196,9 +196,10 @@ impl Snapshot {
     /// deleted), in path order. Walks both tries together, skipping every subtree whose hash is unchanged, so the
     /// cost follows the number of changes. A key written with the value it already had is not a change.
     ///
-    /// Refused with [`Error::TooManyChanges`] when there are more than `max_changes`, or when their value-log
-    /// records (keys and values) take more than `max_bytes`: the walk stops at the limit and no value is read
-    /// past it. The engine is held for the walk, not while the values are read.
+    /// Refused with [`Error::TooManyChanges`] when there are more than `max_changes`, or when the answer's keys
+    /// and values take more than `max_bytes` (a key still present counts its whole value-log record, a deleted one
+    /// its key): the walk stops at the limit and no new value is read past it. The engine is held for the walk,
+    /// not while the values are read.
     pub fn changes(
         &self,
         tid: TrieId,
@@ -218,17 +219,30 @@ impl Snapshot {
         let Some(leaves) = leaves else {
             return Err(too_many);
         };
-        if leaves
+        // The values at `to` are read together (neighbours in one read); a deleted key's old record only for
+        // its key, one at a time, so that an old value the answer does not carry is never held with the others.
+        let present: Vec<Location> = leaves
             .iter()
-            .map(|(l, _)| u64::from(l.loc.len))
-            .sum::<u64>()
-            > max_bytes
-        {
+            .filter(|(_, there)| *there)
+            .map(|(l, _)| l.loc)
+            .collect();
+        let mut bytes: u64 = present.iter().map(|l| u64::from(l.len)).sum();
+        if bytes > max_bytes {
             return Err(too_many);
         }
-        let locs: Vec<Location> = leaves.iter().map(|(l, _)| l.loc).collect();
+        let mut values = self.shared.vdls.read_in_order(&present).into_iter();
         let mut out = Vec::with_capacity(leaves.len());
-        for ((leaf, there), rec) in leaves.iter().zip(self.shared.vdls.read_in_order(&locs)) {
+        for (leaf, there) in &leaves {
+            let rec = match there {
+                true => values.next().unwrap_or_else(|| {
+                    Err(Error::corrupt(
+                        &dir,
+                        0,
+                        "fewer value records than locations",
+                    ))
+                }),
+                false => self.shared.vdls.read(leaf.loc),
+            };
             let rec = match rec {
                 // Read without the engine: a prune may have passed `from` meanwhile and GC deleted the file.
                 Err(Error::Collected { .. }) => {
@@ -241,6 +255,12 @@ impl Snapshot {
                 r => r?,
             };
             let (k, v) = view::check_value(&dir, leaf, rec, None)?;
+            if !there {
+                bytes += k.len() as u64;
+                if bytes > max_bytes {
+                    return Err(too_many);
+                }
+            }
             out.push((k, there.then_some(v)));
         }
         Ok(out)
@@ -530,6 +550,34 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_deleted_keys_old_value_does_not_count_against_the_bytes() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = store(d.path());
+        s.put(0, b"big", &vec![7u8; 100_000]).unwrap();
+        s.put(0, b"small", b"v").unwrap();
+        s.commit(1).unwrap();
+        s.delete(0, b"big").unwrap();
+        s.put(0, b"small", b"w").unwrap();
+        s.commit(2).unwrap();
+        let snap = s.snapshot();
+        let want = vec![
+            (b"big".to_vec(), None),
+            (b"small".to_vec(), Some(b"w".to_vec())),
+        ];
+        assert_eq!(snap.changes(0, 1, 2, 2, 1_000).unwrap(), want);
+        at_the_limits(&snap, 0, 1, 2, &want);
+        // Written back, the value counts.
+        s.put(0, b"big", &vec![8u8; 100_000]).unwrap();
+        s.commit(3).unwrap();
+        let snap = s.snapshot();
+        assert!(matches!(
+            snap.changes(0, 2, 3, 2, 1_000),
+            Err(Error::TooManyChanges { .. })
+        ));
+        assert_eq!(snap.changes(0, 2, 3, 2, 200_000).unwrap().len(), 1);
+    }
+
     /// The changes `want` are given when asked with exactly their number and bytes as limits, and refused when
     /// either limit is one less.
     fn at_the_limits(snap: &Snapshot, tid: TrieId, from: Version, to: Version, want: &[KeyChange]) {
@@ -540,7 +588,15 @@ mod tests {
             })
             .unwrap()
             .unwrap();
-        let bytes: u64 = records.iter().map(|(l, _)| u64::from(l.loc.len)).sum();
+        // A key still there counts its record; a deleted one its key.
+        let bytes: u64 = records
+            .iter()
+            .zip(want)
+            .map(|((l, there), (k, _))| match there {
+                true => u64::from(l.loc.len),
+                false => k.len() as u64,
+            })
+            .sum();
         assert_eq!(records.len(), want.len());
         let at = |n: usize, b: u64| snap.changes(tid, from, to, n, b);
         assert_eq!(
