@@ -12,7 +12,11 @@
 //!   and a run holds one depth's pages in prefix order), whose writer keeps 58 bytes per page (one page per 6 to
 //!   150 pairs), not per pair;
 //! - the roots log, the tombstone log and the history base are written as a flush would, so that the store opens
-//!   with nothing to replay.
+//!   with nothing to replay;
+//! - the pages built are kept, up to the page cache's share of the memory budget, and put in the opened store's
+//!   page cache: its first commits (a joined node catching up with the chain) find them there instead of reading
+//!   and rehashing every page they touch. They are the pages a load from disk would give (the head of a BasePage
+//!   at the load's version), so the cache holds nothing a read would not.
 //!
 //! The pages are those a commit of the same pairs into an empty trie produces (same slots, same hashes), so the
 //! root is SPEC.md's and later commits, reads and proofs behave exactly as on a store built by commits. The
@@ -69,6 +73,12 @@ struct Builder<'a> {
     ahead: std::collections::VecDeque<Leaf>,
     next: &'a mut dyn FnMut() -> Result<Option<Leaf>>,
     done: bool,
+    /// Pages built, for the opened store's page cache, and what they weigh there.
+    keep: Vec<Arc<Page>>,
+    kept: u64,
+    /// The page cache's capacity: pages below the top two levels stop being kept at three quarters of it, so
+    /// that the at most 257 pages of those levels (built last, and touched by every update) still fit.
+    keep_budget: u64,
 }
 
 impl Builder<'_> {
@@ -112,7 +122,7 @@ impl Builder<'_> {
     /// Builds page `id` from every leaf under it (two or more, or any number for the root page), emitting every
     /// page below it first. Only the children the next leaves fall in are looked at: leaves come in path order,
     /// so the next one names the next non-empty child.
-    fn page(&mut self, id: PageId) -> Result<Page> {
+    fn page(&mut self, id: PageId) -> Result<Arc<Page>> {
         let d = usize::from(id.depth);
         let mut cells: Vec<(SlotNo, Cell)> = Vec::new();
         if id == PageId::ROOT && self.count(&id, &[])? == 1 {
@@ -141,9 +151,27 @@ impl Builder<'_> {
         }
         // Child leaves (slots 1-16) come before every grandchild (17 and up) in a page's slot order.
         cells.sort_unstable_by_key(|(slot, _)| *slot);
-        let page = Page::build(id, self.version, None, cells)
+        // The head a load of its record gives: a BasePage at this version, nothing since.
+        let head = page::Head {
+            key_version: self.version,
+            kind: PageKind::Base,
+            since_base: 0,
+            delta_updates: 0,
+            chain: 1,
+        };
+        let page = Page::build(id, self.version, Some(head), cells)
             .map_err(|w| Error::InvalidBulkLoad(format!("page {id:?}: {w}")))?;
         self.emit(&page)?;
+        let weight = u64::from(page.weight());
+        let budget = match id.depth {
+            0..=2 => self.keep_budget,
+            _ => self.keep_budget / 4 * 3,
+        };
+        let page = Arc::new(page);
+        if self.kept + weight <= budget {
+            self.kept += weight;
+            self.keep.push(page.clone());
+        }
         Ok(page)
     }
 
@@ -302,6 +330,9 @@ impl Store {
             ahead: std::collections::VecDeque::new(),
             next: &mut source,
             done: false,
+            keep: Vec::new(),
+            kept: 0,
+            keep_budget: opts.memory_split().page_cache_bytes,
         };
         let root = b.page(PageId::ROOT)?;
         if b.peek(0)?.is_some() {
@@ -310,6 +341,7 @@ impl Store {
             ));
         }
         let mut runs = std::mem::take(&mut b.runs);
+        let built = std::mem::take(&mut b.keep);
         drop(b);
         if pairs == 0 {
             return Err(Error::InvalidBulkLoad("no pairs to load".into()));
@@ -399,6 +431,12 @@ impl Store {
         drop(lock);
 
         let store = Store::open(&dir, opts)?;
+        {
+            let e = store.shared.engine();
+            for p in built {
+                e.page_cache.insert((tid, p.id, p.version), p);
+            }
+        }
         let digest = store.digest(tid, version)?;
         if store.replayed().versions != 0 || digest.root != root.hash() {
             return Err(Error::InvalidBulkLoad(format!(
@@ -409,5 +447,48 @@ impl Store {
             )));
         }
         Ok(store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pages a bulk load leaves in the page cache are those a read from disk gives, head included: all of
+    /// them when they fit, as many as fit otherwise.
+    #[test]
+    fn the_pages_left_in_the_cache_are_those_a_read_gives() {
+        for budget in [64u64 << 20, 256 << 10] {
+            let d = tempfile::tempdir().unwrap();
+            let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..20_000u32)
+                .map(|i| (format!("k{i}").into_bytes(), format!("v{i}").into_bytes()))
+                .collect();
+            pairs.sort_by_key(|(k, _)| KeyPath::of(k));
+            let mut it = pairs.iter().cloned();
+            let opts = Options {
+                memory_budget_bytes: budget,
+                ..Options::default()
+            };
+            let store =
+                Store::bulk_load(d.path().join("s"), opts, 3, 9, None, || Ok(it.next())).unwrap();
+            let e = store.shared.engine();
+            let cached: Vec<((TrieId, PageId, Version), Arc<Page>)> = e.page_cache.iter().collect();
+            assert!(!cached.is_empty(), "budget {budget}");
+            for ((tid, id, v), p) in &cached {
+                assert_eq!((*tid, *v), (3, 9));
+                assert_eq!(**p, e.read_page(3, *id, 9).unwrap(), "page {id:?}");
+            }
+            let pages = e.files.iter().map(|f| f.meta().records).sum::<u64>();
+            if budget > 1 << 20 {
+                assert_eq!(cached.len() as u64, pages, "all fit: all are kept");
+            } else {
+                assert!(
+                    (cached.len() as u64) < pages
+                        && e.page_cache.weight() <= e.page_cache.capacity(),
+                    "budget {budget}: {} of {pages} pages cached",
+                    cached.len()
+                );
+            }
+        }
     }
 }
