@@ -38,6 +38,6 @@ pub use letus_verify as verify;
 pub use letus_verify::{Digest, Hash, Proof, TrieId, Version};
 pub use options::{MemorySplit, Options};
 pub use store::{
-    BulkPair, FullVerification, GcReport, HistoryEntry, HistoryPage, MemoryUse, PruneReport,
-    Reader, Replayed, Snapshot, Store, VlogFileStatus,
+    BulkPair, CachedPages, FullVerification, GcReport, HistoryEntry, HistoryPage, MemoryUse,
+    PruneReport, Reader, Replayed, Snapshot, Store, VlogFileStatus,
 };

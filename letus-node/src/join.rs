@@ -713,6 +713,9 @@ pub struct ImportReport {
     pub handed_over: usize,
     /// Time taken (reading and storing; with `join`, from the start of the join).
     pub seconds: f64,
+    /// The pages the bulk load built and left in the store's page cache, for the node that opens the store
+    /// ([`letus_core::Store::warm`]): its first commits, catching up with the chain, then find them there.
+    pub pages: letus_core::CachedPages,
 }
 
 /// Step 5: bulk-loads the verified chunks in `dir` into a new store at `data/state` (see the module
@@ -936,6 +939,7 @@ fn import_while_fetching(
             t.version, d.root, d.history_len, d.history_root, t.root, t.history_len, t.history_root
         )));
     }
+    let pages = store.cached_pages(t.tid, t.version)?;
     store.close()?;
     std::fs::rename(&tmp, &state).map_err(io(&state))?;
     sync_dir(data)?;
@@ -945,6 +949,7 @@ fn import_while_fetching(
             pairs,
             handed_over,
             seconds: started.elapsed().as_secs_f64(),
+            pages,
         },
     ))
 }

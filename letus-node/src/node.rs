@@ -783,6 +783,12 @@ impl Node {
         Ok(store.snapshot_chunk(tid, v, index, depth, prefix, max)?)
     }
 
+    /// Puts pages a bulk load of this node's store built in its page cache ([`letus_core::Store::warm`]);
+    /// returns how many.
+    pub fn warm(&self, pages: letus_core::CachedPages) -> usize {
+        self.store.lock().map_or(0, |s| s.warm(pages))
+    }
+
     /// The keys of trie `tid` whose values differ between versions `from` and `to`, with their values at `to`.
     pub fn changes(
         &self,

@@ -588,24 +588,32 @@ pub fn serve_until(
             None
         }
     };
+    let mut joined_pages = None;
     if let Some((j, _)) = &cfg.join {
         match letus_node::join::join(&cfg.data, j, options.clone()).map_err(|e| e.to_string())? {
-            Some((f, i)) => tracing::info!(
-                chunks = f.chunks,
-                fetched = f.fetched,
-                reused = f.reused,
-                pairs = f.pairs,
-                failures = f.failures.len(),
-                fetch_seconds = f.seconds,
-                import_seconds = i.seconds,
-                handed_over = i.handed_over,
-                "joined from a snapshot"
-            ),
+            Some((f, mut i)) => {
+                joined_pages = Some(std::mem::take(&mut i.pages));
+                tracing::info!(
+                    chunks = f.chunks,
+                    fetched = f.fetched,
+                    reused = f.reused,
+                    pairs = f.pairs,
+                    failures = f.failures.len(),
+                    fetch_seconds = f.seconds,
+                    import_seconds = i.seconds,
+                    handed_over = i.handed_over,
+                    "joined from a snapshot"
+                )
+            }
             None => tracing::info!("the data directory holds a store: no join needed"),
         }
     }
     let mut node = Node::open(&cfg.data, options, tok.clone(), cfg.limits.clone())
         .map_err(|e| e.to_string())?;
+    if let Some(p) = joined_pages {
+        let n = node.warm(p);
+        tracing::debug!(pages = n, "page cache warmed with the pages the join built");
+    }
     if let Some(t) = tiers {
         node = node.with_tiers(t);
     }

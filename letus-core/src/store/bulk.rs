@@ -206,6 +206,74 @@ impl Builder<'_> {
     }
 }
 
+/// The pages of one version of one trie taken from a store's page cache ([`Store::cached_pages`]), to be put in
+/// the cache of the same store once it is opened again ([`Store::warm`]): a bulk-loaded store that is closed and
+/// renamed into place keeps the pages its load built.
+#[derive(Clone, Default)]
+pub struct CachedPages {
+    /// Whose pages they are: the digest of their trie at their version.
+    digest: Option<Digest>,
+    pages: Vec<Arc<Page>>,
+}
+
+impl std::fmt::Debug for CachedPages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedPages")
+            .field("digest", &self.digest)
+            .field("pages", &self.pages.len())
+            .finish()
+    }
+}
+
+impl CachedPages {
+    /// How many pages.
+    pub fn len(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+}
+
+impl Store {
+    /// The pages of trie `tid` at `version` now in the page cache (shared with it, not copied).
+    pub fn cached_pages(&self, tid: TrieId, version: Version) -> Result<CachedPages> {
+        let digest = self.digest(tid, version)?;
+        let e = self.shared.engine();
+        let pages = e
+            .page_cache
+            .iter()
+            .filter(|((t, _, v), _)| *t == tid && *v == version)
+            .map(|(_, p)| p)
+            .collect();
+        Ok(CachedPages {
+            digest: Some(digest),
+            pages,
+        })
+    }
+
+    /// Puts `pages` in the page cache, as far as it holds them, when this store's digest of their trie at their
+    /// version is the one they were taken with; returns how many were put. A page names its values by their
+    /// place in the value log, so they must come from this same store (closed, moved and opened again): the
+    /// digest check refuses the pages of another state, not of another store holding the same one.
+    pub fn warm(&self, pages: CachedPages) -> usize {
+        let Some(d) = pages.digest else {
+            return 0;
+        };
+        if self.digest(d.tid, d.version).ok() != Some(d) {
+            return 0;
+        }
+        let e = self.shared.engine();
+        let n = pages.pages.len();
+        for p in pages.pages {
+            e.page_cache.insert((d.tid, p.id, p.version), p);
+        }
+        n
+    }
+}
+
 /// One pair for [`Store::bulk_load_hashed`].
 #[derive(Clone, Debug)]
 pub struct BulkPair {
@@ -453,6 +521,39 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pages taken from a bulk-loaded store go back into its cache once it is closed, moved and opened again, and
+    /// into no store of another state.
+    #[test]
+    fn cached_pages_warm_the_same_store_reopened_only() {
+        let d = tempfile::tempdir().unwrap();
+        let load = |dir: &Path, n: u32| {
+            let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
+                .map(|i| (format!("k{i}").into_bytes(), b"v".to_vec()))
+                .collect();
+            pairs.sort_by_key(|(k, _)| KeyPath::of(k));
+            let mut it = pairs.into_iter();
+            Store::bulk_load(dir, Options::default(), 0, 5, None, || Ok(it.next())).unwrap()
+        };
+        let s = load(&d.path().join("a"), 5_000);
+        let pages = s.cached_pages(0, 5).unwrap();
+        assert!(pages.len() > 1);
+        s.close().unwrap();
+        std::fs::rename(d.path().join("a"), d.path().join("b")).unwrap();
+        let s = Store::open(d.path().join("b"), Options::default()).unwrap();
+        assert_eq!(s.shared.engine().page_cache.len(), 0);
+        let other = load(&d.path().join("c"), 4_999);
+        let before = other.shared.engine().page_cache.len();
+        assert_eq!(other.warm(pages.clone()), 0, "another state's store");
+        assert_eq!(other.shared.engine().page_cache.len(), before);
+        let n = pages.len();
+        assert_eq!(s.warm(pages), n);
+        let e = s.shared.engine();
+        for ((_, id, v), p) in e.page_cache.iter() {
+            assert_eq!(*p, e.read_page(0, id, v).unwrap());
+        }
+        assert_eq!(e.page_cache.len(), n);
+    }
 
     /// The pages a bulk load leaves in the page cache are those a read from disk gives, head included: all of
     /// them when they fit, as many as fit otherwise.

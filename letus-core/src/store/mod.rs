@@ -124,7 +124,7 @@ mod trie_state;
 mod view;
 mod vlog_gc;
 
-pub use bulk::BulkPair;
+pub use bulk::{BulkPair, CachedPages};
 use engine::*;
 use latest_index::LatestIndex;
 pub use prune::PruneReport;
