@@ -106,6 +106,28 @@ fn before_subtree(prefix: &[u8; 32]) -> Option<KeyPath> {
 }
 
 impl Snapshot {
+    /// The key and value of `leaf` from its value record `rec`, read without the engine: a record GC deleted
+    /// meanwhile is `Pruned` when a prune has passed `version` since (the reader's version is gone), and
+    /// `Collected` otherwise.
+    fn read_value(
+        &self,
+        dir: &Path,
+        leaf: &Leaf,
+        rec: Result<Record>,
+        version: Version,
+    ) -> Result<(Vec<u8>, Vec<u8>)> {
+        let rec = match rec {
+            Err(Error::Collected { .. }) => {
+                self.shared.engine().check_not_pruned(version)?;
+                return Err(Error::Collected {
+                    file_id: leaf.loc.file_id,
+                });
+            }
+            r => r?,
+        };
+        view::check_value(dir, leaf, rec, None)
+    }
+
     /// The encoded chunk of manifest entry `index` (`depth`, `prefix`) of trie `tid` at `version` (SPEC.md
     /// §12.3), refused with [`Error::ChunkTooLarge`] past `max_bytes`. The server needs no manifest for this:
     /// the receiver checks the chunk against the one it verified.
@@ -155,17 +177,7 @@ impl Snapshot {
                 slice += n;
                 let locs: Vec<Location> = leaves.iter().map(|l| l.loc).collect();
                 for (leaf, rec) in leaves.iter().zip(self.shared.vdls.read_in_order(&locs)) {
-                    let rec = match rec {
-                        Err(Error::Collected { .. }) => {
-                            let e = self.shared.engine();
-                            e.check_not_pruned(version)?;
-                            return Err(Error::Collected {
-                                file_id: leaf.loc.file_id,
-                            });
-                        }
-                        r => r?,
-                    };
-                    let (k, val) = view::check_value(&dir, leaf, rec, None)?;
+                    let (k, val) = self.read_value(&dir, leaf, rec, version)?;
                     encode_chunk_record(&k, &val, &mut body);
                     if body.len() > max_bytes {
                         return Err(Error::ChunkTooLarge {
@@ -243,18 +255,7 @@ impl Snapshot {
                 }),
                 false => self.shared.vdls.read(leaf.loc),
             };
-            let rec = match rec {
-                // Read without the engine: a prune may have passed `from` meanwhile and GC deleted the file.
-                Err(Error::Collected { .. }) => {
-                    let e = self.shared.engine();
-                    e.check_not_pruned(from)?;
-                    return Err(Error::Collected {
-                        file_id: leaf.loc.file_id,
-                    });
-                }
-                r => r?,
-            };
-            let (k, v) = view::check_value(&dir, leaf, rec, None)?;
+            let (k, v) = self.read_value(&dir, leaf, rec, from)?;
             if !there {
                 bytes += k.len() as u64;
                 if bytes > max_bytes {
