@@ -291,7 +291,8 @@ impl Store {
     /// export), and, if given, the history base `history` of that trie (see [`Store::set_history_base`]). The
     /// store is then opened as [`Store::open`] would, and its root is what a commit of the same pairs gives.
     ///
-    /// Memory does not grow with the number of pairs beyond 58 bytes per page of the one index file written (see
+    /// Memory does not grow with the number of pairs beyond 58 bytes per page of the one index file written, and
+    /// the pages kept for the opened store's page cache, at most the cache's share of `opts`' memory budget (see
     /// the module documentation). At least one pair is needed. On an error `dir` holds an unfinished store:
     /// delete it.
     pub fn bulk_load(
