@@ -49,6 +49,11 @@ pub struct Options {
     /// a page costs about two read latencies instead of one per record. Off by default: on a local disk the
     /// records are read faster than threads are started.
     pub prefetch_delta_chains: bool,
+    /// A bulk load ([`crate::Store::bulk_load`]) leaves the pages it builds in the page cache of the store it
+    /// returns, up to the cache's share of the budget, holding them meanwhile: for a store used right away (a
+    /// joined node catching up), whose first commits then find them there. Off by default: an import that closes
+    /// the store at once would only hold the memory for nothing.
+    pub bulk_load_keeps_pages: bool,
     /// Keep the state of only the newest `n` versions: after each flush, a background thread prunes the pages of
     /// older versions ([`crate::Store::prune`]). `None` (the default) keeps every version (an archive); `Some(0)`
     /// keeps only the latest state. The pruner also runs value-log GC after each prune (see `vlog_gc_garbage`).
@@ -101,6 +106,7 @@ impl Default for Options {
             max_value_bytes: 16 << 20,
             read_threads: 32,
             prefetch_delta_chains: false,
+            bulk_load_keeps_pages: false,
             keep_versions: None,
             prune_garbage_ratio: 2.0,
             vlog_gc_garbage: 0.33,

@@ -713,8 +713,9 @@ pub struct ImportReport {
     pub handed_over: usize,
     /// Time taken (reading and storing; with `join`, from the start of the join).
     pub seconds: f64,
-    /// The pages the bulk load built and left in the store's page cache, for the node that opens the store
-    /// ([`letus_core::Store::warm`]): its first commits, catching up with the chain, then find them there.
+    /// The pages the bulk load built and left in the store's page cache (with `Options::bulk_load_keeps_pages`,
+    /// which a join sets), for the node that opens the store ([`letus_core::Store::warm`]): its first commits,
+    /// catching up with the chain, then find them there.
     pub pages: letus_core::CachedPages,
 }
 
@@ -800,6 +801,7 @@ fn import_while_fetching(
     handoff: Option<&Handoff>,
 ) -> Result<(Trusted, ImportReport), JoinError> {
     let started = Instant::now();
+    let keep_pages = opts.bulk_load_keeps_pages;
     let file = dir.join("join.json");
     let t: Trusted = serde_json::from_slice(&std::fs::read(&file).map_err(io(&file))?)
         .map_err(|e| JoinError::Config(format!("{}: {e}", file.display())))?;
@@ -939,7 +941,10 @@ fn import_while_fetching(
             t.version, d.root, d.history_len, d.history_root, t.root, t.history_len, t.history_root
         )));
     }
-    let pages = store.cached_pages(t.tid, t.version)?;
+    let pages = match keep_pages {
+        true => store.cached_pages(t.tid, t.version)?,
+        false => Default::default(),
+    };
     store.close()?;
     std::fs::rename(&tmp, &state).map_err(io(&state))?;
     sync_dir(data)?;
@@ -971,8 +976,10 @@ pub fn join(
     }
     // The store is built on the local disk and renamed into place outside any tiering: a tiered node's tiers see
     // its files once it opens.
+    // The pages the import builds go to the node's page cache (see `ImportReport::pages`).
     let opts = Options {
         storage: letus_core::storage::local(),
+        bulk_load_keeps_pages: true,
         ..opts
     };
     let started = Instant::now();

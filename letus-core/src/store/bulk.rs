@@ -13,8 +13,8 @@
 //!   150 pairs), not per pair;
 //! - the roots log, the tombstone log and the history base are written as a flush would, so that the store opens
 //!   with nothing to replay;
-//! - the pages built are kept, up to the page cache's share of the memory budget, and put in the opened store's
-//!   page cache: its first commits (a joined node catching up with the chain) find them there instead of reading
+//! - with [`Options::bulk_load_keeps_pages`], the pages built are kept, up to the page cache's share of the
+//!   memory budget, and put in the opened store's page cache: its first commits (a joined node catching up with the chain) find them there instead of reading
 //!   and rehashing every page they touch. They are the pages a load from disk would give (the head of a BasePage
 //!   at the load's version), so the cache holds nothing a read would not.
 //!
@@ -76,8 +76,9 @@ struct Builder<'a> {
     /// Pages built, for the opened store's page cache, and what they weigh there.
     keep: Vec<Arc<Page>>,
     kept: u64,
-    /// The page cache's capacity: pages below the top two levels stop being kept at three quarters of it, so
-    /// that the at most 257 pages of those levels (built last, and touched by every update) still fit.
+    /// The page cache's capacity (0 without [`Options::bulk_load_keeps_pages`]): pages below the top two levels
+    /// stop being kept at three quarters of it, so that the at most 257 pages of those levels (touched by every
+    /// update; the root is built last) still fit.
     keep_budget: u64,
 }
 
@@ -211,15 +212,16 @@ impl Builder<'_> {
 /// renamed into place keeps the pages its load built.
 #[derive(Clone, Default)]
 pub struct CachedPages {
-    /// Whose pages they are: the digest of their trie at their version.
-    digest: Option<Digest>,
+    /// Whose pages they are: the digest of their trie at their version, and the end of the store's value log
+    /// (pages name values by their place in it).
+    from: Option<(Digest, crate::vdls::Position)>,
     pages: Vec<Arc<Page>>,
 }
 
 impl std::fmt::Debug for CachedPages {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CachedPages")
-            .field("digest", &self.digest)
+            .field("from", &self.from)
             .field("pages", &self.pages.len())
             .finish()
     }
@@ -249,20 +251,22 @@ impl Store {
             .map(|(_, p)| p)
             .collect();
         Ok(CachedPages {
-            digest: Some(digest),
+            from: Some((digest, self.vdls.end())),
             pages,
         })
     }
 
     /// Puts `pages` in the page cache, as far as it holds them, when this store's digest of their trie at their
-    /// version is the one they were taken with; returns how many were put. A page names its values by their
-    /// place in the value log, so they must come from this same store (closed, moved and opened again): the
-    /// digest check refuses the pages of another state, not of another store holding the same one.
+    /// version and the end of its value log are the ones they were taken with; returns how many were put. A page
+    /// names its values by their place in the value log, so they must come from this same store (closed, moved
+    /// and opened again, nothing committed since): the checks refuse the pages of another state, or of a store
+    /// whose value log differs; a store that holds the same state in the same value log (a second bulk load of
+    /// the same pairs) has the same pages.
     pub fn warm(&self, pages: CachedPages) -> usize {
-        let Some(d) = pages.digest else {
+        let Some((d, end)) = pages.from else {
             return 0;
         };
-        if self.digest(d.tid, d.version).ok() != Some(d) {
+        if self.digest(d.tid, d.version).ok() != Some(d) || self.vdls.end() != end {
             return 0;
         }
         let e = self.shared.engine();
@@ -291,9 +295,9 @@ impl Store {
     /// export), and, if given, the history base `history` of that trie (see [`Store::set_history_base`]). The
     /// store is then opened as [`Store::open`] would, and its root is what a commit of the same pairs gives.
     ///
-    /// Memory does not grow with the number of pairs beyond 58 bytes per page of the one index file written, and
-    /// the pages kept for the opened store's page cache, at most the cache's share of `opts`' memory budget (see
-    /// the module documentation). At least one pair is needed. On an error `dir` holds an unfinished store:
+    /// Memory does not grow with the number of pairs beyond 58 bytes per page of the one index file written, and,
+    /// with [`Options::bulk_load_keeps_pages`], the pages kept for the opened store's page cache, at most the
+    /// cache's share of `opts`' memory budget (see the module documentation). At least one pair is needed. On an error `dir` holds an unfinished store:
     /// delete it.
     pub fn bulk_load(
         dir: impl AsRef<Path>,
@@ -401,7 +405,10 @@ impl Store {
             done: false,
             keep: Vec::new(),
             kept: 0,
-            keep_budget: opts.memory_split().page_cache_bytes,
+            keep_budget: match opts.bulk_load_keeps_pages {
+                true => opts.memory_split().page_cache_bytes,
+                false => 0,
+            },
         };
         let root = b.page(PageId::ROOT)?;
         if b.peek(0)?.is_some() {
@@ -534,7 +541,11 @@ mod tests {
                 .collect();
             pairs.sort_by_key(|(k, _)| KeyPath::of(k));
             let mut it = pairs.into_iter();
-            Store::bulk_load(dir, Options::default(), 0, 5, None, || Ok(it.next())).unwrap()
+            let opts = Options {
+                bulk_load_keeps_pages: true,
+                ..Options::default()
+            };
+            Store::bulk_load(dir, opts, 0, 5, None, || Ok(it.next())).unwrap()
         };
         let s = load(&d.path().join("a"), 5_000);
         let pages = s.cached_pages(0, 5).unwrap();
@@ -543,6 +554,21 @@ mod tests {
         std::fs::rename(d.path().join("a"), d.path().join("b")).unwrap();
         let s = Store::open(d.path().join("b"), Options::default()).unwrap();
         assert_eq!(s.shared.engine().page_cache.len(), 0);
+        // Without the option, a bulk load keeps nothing.
+        let mut it = (0..100u32).map(|i| (format!("p{i}").into_bytes(), b"v".to_vec()));
+        let mut sorted: Vec<_> = it.by_ref().collect();
+        sorted.sort_by_key(|(k, _)| KeyPath::of(k));
+        let mut it = sorted.into_iter();
+        let plain = Store::bulk_load(
+            d.path().join("plain"),
+            Options::default(),
+            0,
+            5,
+            None,
+            || Ok(it.next()),
+        )
+        .unwrap();
+        assert_eq!(plain.shared.engine().page_cache.len(), 0);
         let other = load(&d.path().join("c"), 4_999);
         let before = other.shared.engine().page_cache.len();
         assert_eq!(other.warm(pages.clone()), 0, "another state's store");
@@ -569,6 +595,7 @@ mod tests {
             let mut it = pairs.iter().cloned();
             let opts = Options {
                 memory_budget_bytes: budget,
+                bulk_load_keeps_pages: true,
                 ..Options::default()
             };
             let store =
