@@ -135,12 +135,7 @@ async fn read<T: Send + 'static>(
     node: &Node,
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let permit = node
-        .reads
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let permit = read_permit(&node.reads).await?;
     match InlineRead::try_take(node) {
         Some(_inline) => {
             let _permit = permit;
@@ -154,6 +149,17 @@ async fn read<T: Send + 'static>(
             .await
         }
     }
+}
+
+/// One of the read permits of `reads` (a node's or a router's `max_concurrent_reads`), waiting for it.
+pub(crate) async fn read_permit(
+    reads: &Arc<tokio::sync::Semaphore>,
+) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    reads
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 /// A read computed on an async worker thread. At most `workers - 1` at once, and only on a multi-threaded

@@ -120,12 +120,7 @@ async fn read<T: Send + 'static>(
     r: &Arc<Router>,
     f: impl FnOnce(&Router) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let permit = r
-        .reads
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let permit = crate::server::read_permit(&r.reads).await?;
     let r = r.clone();
     blocking(move || {
         let _permit = permit;
