@@ -1,7 +1,8 @@
 //! The block store's size with `--max-traceable-blocks` (issue 13's NeoGo table, the block side), one run:
 //! the raw blocks of the bench's payment chain (`--blocks` blocks of `--txs` transfers, each transfer its two
 //! account keys and an amount: 44 bytes) appended to one block store per setting, as `letus serve` does after
-//! each commit (append fsynced, then the tail cut to the newest N blocks), for each segment size asked.
+//! each commit (append fsynced, then the tail cut to the newest N blocks, with segments sealed every
+//! `segment_blocks_for(N)` blocks as the node does), for each segment size asked.
 //!
 //! ```sh
 //! cargo run --release -p letus-node --example block_tail -- --blocks 1001
@@ -12,7 +13,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use clap::Parser;
-use letus_node::blockstore::{BlockStore, BlockStoreOptions};
+use letus_node::blockstore::{segment_blocks_for, BlockStore, BlockStoreOptions};
 use letus_workload::Rng;
 
 #[derive(Parser)]
@@ -90,6 +91,8 @@ fn main() {
                 &dir,
                 BlockStoreOptions {
                     segment_bytes,
+                    // What `letus serve --max-traceable-blocks N` sets.
+                    segment_blocks: keep.map(segment_blocks_for),
                     ..BlockStoreOptions::default()
                 },
             )

@@ -64,7 +64,8 @@ pub struct ServeArgs {
     #[arg(long, env = "LETUS_MAX_TRACEABLE_BLOCKS")]
     pub max_traceable_blocks: Option<u64>,
     /// Size at which the block store starts a new segment file (default 64 MiB): the tail is cut, and files move
-    /// between tiers, a whole segment at a time.
+    /// between tiers, a whole segment at a time. With `--max-traceable-blocks N` a segment is also started every
+    /// `max(N / 4, 4)` blocks.
     #[arg(long, env = "LETUS_BLOCK_SEGMENT_BYTES")]
     pub block_segment_bytes: Option<u64>,
     /// Seconds a client has to send a request's head (request line and headers); also the longest an idle

@@ -29,6 +29,10 @@ use format::RECORD_HEADER_LEN;
 pub struct BlockStoreOptions {
     /// The active segment is sealed, and a new one started, once it is larger than this (default 64 MiB).
     pub segment_bytes: u64,
+    /// ... or once it holds this many blocks (default: no such limit). The tail is cut a whole sealed segment at a
+    /// time, so a node that keeps the newest N blocks (`max_traceable_blocks`) seals every few blocks: with
+    /// segments of bytes alone, a chain of small blocks kept every block of its first 64 MiB.
+    pub segment_blocks: Option<u64>,
     /// fsync every append before it returns (default true). Sealing and truncation always fsync.
     pub sync: bool,
     /// Where the segments live (the local file system unless a test injects faults).
@@ -39,10 +43,19 @@ impl Default for BlockStoreOptions {
     fn default() -> Self {
         BlockStoreOptions {
             segment_bytes: 64 << 20,
+            segment_blocks: None,
             sync: true,
             storage: letus_core::storage::local(),
         }
     }
+}
+
+/// Blocks per block-store segment for a node that keeps the newest `keep` blocks: a quarter of them, at least 4.
+/// The tail is cut by whole sealed segments, so the store then holds at most `keep` blocks plus one segment's
+/// worth less one, and a seal (a footer written and fsynced, the next file created, the directory fsynced) comes
+/// once every `keep / 4` blocks.
+pub fn segment_blocks_for(keep: u64) -> u64 {
+    (keep / 4).max(4)
 }
 
 /// One stored block.
@@ -141,7 +154,8 @@ impl BlockStore {
     /// tail of the active segment (a record that fails its checksum or ends mid-record at the end of the file,
     /// or a partly written footer) is truncated. A bad record before valid ones is `Error::Corrupt` (file and
     /// offset). An interrupted sealing is completed: a durable footer gets its next segment created, and an
-    /// active segment larger than `segment_bytes` (its footer was torn and cut) is sealed. The directory is locked (`blocks.lock`) while the store is open: a second open returns
+    /// active segment larger than `segment_bytes` (its footer was torn and cut) or holding `segment_blocks` blocks is
+    /// sealed. The directory is locked (`blocks.lock`) while the store is open: a second open returns
     /// `Error::Locked`.
     pub fn open(dir: &Path, opts: BlockStoreOptions) -> Result<BlockStore> {
         let fs = opts.storage.clone();
@@ -155,10 +169,10 @@ impl BlockStore {
             poisoned: false,
             _lock: lock,
         };
-        // A sealing that was interrupted before its footer was durable (or a smaller `segment_bytes` than
-        // before): seal now, so that the active segment is never larger than `segment_bytes` after an operation.
-        let active = store.active();
-        if !active.versions.is_empty() && active.len > store.opts.segment_bytes {
+        // A sealing that was interrupted before its footer was durable (or a smaller `segment_bytes` or
+        // `segment_blocks` than before): seal now, so that the active segment is never over either after an
+        // operation.
+        if store.active_is_full() {
             store.seal()?;
         }
         Ok(store)
@@ -193,7 +207,8 @@ impl BlockStore {
         Ok(())
     }
 
-    /// Seals the active segment afterwards if it is larger than `segment_bytes` (write the footer index, fsync,
+    /// Seals the active segment afterwards if it is larger than `segment_bytes` or holds `segment_blocks` blocks
+    /// (write the footer index, fsync,
     /// then create the next segment file and fsync the directory).
     ///
     /// A failed write or fsync poisons the store (`Error::Poisoned` from then on; reads keep working): reopen it.
@@ -219,7 +234,6 @@ impl BlockStore {
         }
         let rec = format::encode_record(version, &request_hash, block);
         let sync = self.opts.sync;
-        let segment_bytes = self.opts.segment_bytes;
         let seg = self.active();
         let at = seg.records_end;
         let written = seg.file.write_all_at(&rec, at).and_then(|()| {
@@ -238,13 +252,22 @@ impl BlockStore {
         seg.offsets.push(at);
         seg.records_end = at + rec.len() as u64;
         seg.len = seg.records_end;
-        if seg.len > segment_bytes {
+        if self.active_is_full() {
             if let Err(e) = self.seal() {
                 self.poisoned = true;
                 return Err(e);
             }
         }
         Ok(())
+    }
+
+    /// Whether the active segment holds a record and is larger than `segment_bytes` or holds `segment_blocks`
+    /// blocks: it is sealed then.
+    fn active_is_full(&mut self) -> bool {
+        let (bytes, blocks) = (self.opts.segment_bytes, self.opts.segment_blocks);
+        let seg = self.active();
+        !seg.versions.is_empty()
+            && (seg.len > bytes || blocks.is_some_and(|n| seg.versions.len() as u64 >= n.max(1)))
     }
 
     /// Seals the active segment (which holds at least one record) and creates the next one.

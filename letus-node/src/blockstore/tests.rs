@@ -842,3 +842,47 @@ fn cutting_the_tail_removes_whole_old_segments_and_survives_a_crash_between_remo
     }
     assert_eq!(s.latest_version(), Some(1_000));
 }
+
+#[test]
+fn segments_sealed_by_block_count_let_the_tail_follow_a_window_of_blocks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let by_blocks = |n| BlockStoreOptions {
+        segment_blocks: Some(n),
+        ..fast(64 << 20)
+    };
+    let keep = 10u64;
+    let per = super::segment_blocks_for(keep);
+    assert_eq!((per, super::segment_blocks_for(100)), (4, 25));
+    let mut s = BlockStore::open(tmp.path(), by_blocks(per)).unwrap();
+    for v in 1..=100u64 {
+        s.append(v, hash_of(v), &block_of(v)).unwrap();
+        s.cut_tail((v + 1).saturating_sub(keep)).unwrap();
+        let segs = s.segments();
+        // Every sealed segment holds exactly `per` blocks; the active one fewer.
+        for g in &segs[..segs.len() - 1] {
+            assert!(g.sealed && g.blocks == per as usize, "{v}: {g:?}");
+        }
+        assert!(segs.last().unwrap().blocks < per as usize);
+        // The newest `keep` blocks are all there, and at most `per - 1` more.
+        let first = s.first_version().unwrap();
+        let held = v + 1 - first;
+        assert!(
+            held >= keep.min(v) && held < keep + per,
+            "{v}: {held} blocks held"
+        );
+        for u in first..=v {
+            assert_eq!(s.get(u).unwrap(), Some(record_of(u)));
+        }
+    }
+    s.append(101, hash_of(101), &block_of(101)).unwrap();
+    drop(s);
+    // A store reopened with a smaller count seals its active segment, as one reopened with smaller bytes does.
+    let mut s = BlockStore::open(tmp.path(), by_blocks(1)).unwrap();
+    let segs = s.segments();
+    let last = &segs[segs.len() - 2];
+    assert!(last.sealed && last.last_version == Some(101));
+    assert_eq!(segs.last().unwrap().blocks, 0);
+    s.append(102, hash_of(102), &block_of(102)).unwrap();
+    assert_eq!(s.get(101).unwrap(), Some(record_of(101)));
+    assert_eq!(s.get(102).unwrap(), Some(record_of(102)));
+}
