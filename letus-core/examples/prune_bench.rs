@@ -68,6 +68,15 @@ struct Args {
     /// Where the stores go (default: a temporary directory).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
+    /// Run the archive after the pruned stores instead of before them. The store that runs second starts while
+    /// the kernel may still be writing back the first one's files; alternating the order between rounds cancels
+    /// what is left of that after `--settle-secs`.
+    #[arg(long)]
+    archive_last: bool,
+    /// Before each store: `sync`, then this many seconds of rest, so that no store's fsyncs queue behind the
+    /// previous store's writeback.
+    #[arg(long, default_value_t = 3)]
+    settle_secs: u64,
 }
 
 const TID: u32 = 0;
@@ -152,6 +161,14 @@ fn commit(s: &mut Store, v: u64, block: &[(Vec<u8>, Vec<u8>)]) {
     s.commit(v).unwrap();
 }
 
+/// Waits for the kernel to write back what earlier stores left dirty (`sync`), then rests `secs` seconds.
+fn settle(secs: u64) {
+    if let Err(e) = std::process::Command::new("sync").status() {
+        eprintln!("sync: {e}");
+    }
+    std::thread::sleep(std::time::Duration::from_secs(secs));
+}
+
 fn part_windows(a: &Args, root: &Path) {
     let c = chain(a.accounts, a.blocks, a.txs, 42);
     let updates: usize = c.blocks[c.load_versions..].iter().map(Vec::len).sum();
@@ -191,9 +208,14 @@ fn part_windows(a: &Args, root: &Path) {
         "| setting | apply time | payment updates/s | commit p50 / p99 / max | prunes | on disk as the pruner left it | on disk, pruned to the window | merged, closed | of which index files | value log | disk / fresh import | index files / fresh import's | value log / its live bytes | GC: files deleted, moved | value write amplification | before the merge: value log / live, write amplification |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let mut settings: Vec<Option<u64>> = vec![None];
-    settings.extend(a.windows.iter().map(|w| Some(*w)));
+    let mut settings: Vec<Option<u64>> = a.windows.iter().map(|w| Some(*w)).collect();
+    if a.archive_last {
+        settings.push(None);
+    } else {
+        settings.insert(0, None);
+    }
     for keep in settings {
+        settle(a.settle_secs);
         let dir = root.join(format!("store-{keep:?}"));
         let mut s = Store::open(
             &dir,

@@ -39,5 +39,5 @@ pub use letus_verify::{Digest, Hash, Proof, TrieId, Version};
 pub use options::{MemorySplit, Options};
 pub use store::{
     BulkPair, CachedPages, FullVerification, GcReport, HistoryEntry, HistoryPage, MemoryUse,
-    PruneReport, Reader, Replayed, Snapshot, Store, VlogFileStatus,
+    PruneProgress, PruneReport, PruneStatus, Reader, Replayed, Snapshot, Store, VlogFileStatus,
 };

@@ -288,6 +288,73 @@ fn a_pruned_store_reads_as_the_archive_at_every_version_it_keeps() {
 }
 
 #[test]
+fn a_prune_reports_its_progress_level_by_level_and_its_status_while_it_runs() {
+    let d = tempfile::tempdir().unwrap();
+    let mut s = Store::open(d.path(), opts(local())).unwrap();
+    for v in 1..=120 {
+        commit(&mut s, 11, v).unwrap();
+    }
+    s.flush().unwrap();
+    let r = s.reader();
+    assert_eq!(r.prune_status(), None);
+    for merge in [false, true] {
+        let mut seen: Vec<letus_core::PruneProgress> = Vec::new();
+        let report = r
+            .prune_with_progress(20, merge, &mut |p| {
+                // While the prune runs, its status is this progress.
+                let st = r.prune_status().expect("a prune is running");
+                assert_eq!((st.merge, st.progress), (merge, *p));
+                seen.push(*p);
+            })
+            .unwrap()
+            .expect("something to prune");
+        assert_eq!(
+            r.prune_status(),
+            None,
+            "the status is cleared when the prune ends"
+        );
+        assert!(!seen.is_empty());
+        // Pages only grow, to the report's count; within a level, done grows to the level's pages; levels go
+        // down each trie, one trie after the other (a level walked in parts reports each part; these small
+        // stores never split one).
+        assert!(seen.windows(2).all(|w| w[0].pages < w[1].pages));
+        assert_eq!(seen.last().unwrap().pages, report.pages);
+        for w in seen.windows(2) {
+            if w[0].depth == w[1].depth && w[0].level_pages == w[1].level_pages {
+                assert!(w[0].level_done < w[1].level_done, "{w:?}");
+            } else {
+                assert_eq!(
+                    w[0].level_done, w[0].level_pages,
+                    "a level ends done: {w:?}"
+                );
+                assert!(w[0].depth < w[1].depth || w[1].depth == 0, "{w:?}");
+            }
+        }
+        assert!(seen
+            .iter()
+            .all(|p| p.level_done <= p.level_pages && p.level_done > 0));
+        let last = seen.last().unwrap();
+        assert_eq!(last.level_done, last.level_pages);
+        // The levels' pages add up to the pages written.
+        let mut total = 0;
+        for (i, p) in seen.iter().enumerate() {
+            if seen
+                .get(i + 1)
+                .is_none_or(|n| n.depth != p.depth || n.level_pages != p.level_pages)
+            {
+                total += p.level_pages;
+            }
+        }
+        assert_eq!(total, report.pages);
+        let next = s.latest_version().unwrap() + 1;
+        for v in next..next + 40 {
+            commit(&mut s, 11, v).unwrap();
+        }
+        s.flush().unwrap();
+    }
+}
+
+#[test]
 fn keep_versions_prunes_in_the_background_after_flushes() {
     let (da, dp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut a = Store::open(da.path(), opts(local())).unwrap();

@@ -472,6 +472,28 @@ pub struct PruneRequest {
     pub merge: bool,
 }
 
+/// The answer of `GET /v1/admin/prune`: the prune running now, if any (the background pruner's or one asked
+/// for), and how far it is.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PruneStatusResponse {
+    /// Whether a prune is running.
+    pub running: bool,
+    /// Whether it merges the base files (a full walk of the state).
+    pub merge: bool,
+    /// How long it has run, in seconds.
+    pub elapsed_secs: f64,
+    /// Pages written to its base file so far.
+    pub pages: u64,
+    /// The depth of the pages it walks now (one depth after another; the deepest take most of the time).
+    pub depth: u8,
+    /// Of that level's pages, how many are done...
+    pub level_done: u64,
+    /// ... and how many there are.
+    pub level_pages: u64,
+    /// The oldest version whose state the node holds (`None`: never pruned).
+    pub oldest: Option<u64>,
+}
+
 /// The answer of `POST /v1/admin/prune` (and what `letus prune` prints).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PruneResponse {

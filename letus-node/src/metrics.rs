@@ -86,15 +86,15 @@ impl Metrics {
     }
 
     /// Renders every metric, with the engine's counters.
-    pub fn render(
-        &self,
-        (m, state_bytes, block_bytes, latest): (
-            letus_core::metrics::Snapshot,
-            u64,
-            u64,
-            Option<u64>,
-        ),
-    ) -> String {
+    pub fn render(&self, stats: crate::node::NodeStats) -> String {
+        let crate::node::NodeStats {
+            engine: m,
+            state_bytes,
+            block_bytes,
+            latest,
+            prune,
+            tail_cut,
+        } = stats;
         // The engine's counters are kept by the engine; each render copies them into a registry of its own, so
         // the crate writes every line (names, help, types) as it does for the node's own metrics.
         let engine = Registry::new();
@@ -225,7 +225,32 @@ impl Metrics {
             "Background value-log GC passes that failed (each is tried again after the next prune)",
             m.vlog_gc_errors,
         );
+        counter(
+            "letus_block_segments_cut_total",
+            "Block-store segments deleted by cutting the tail (--max-traceable-blocks)",
+            tail_cut.0,
+        );
+        counter(
+            "letus_block_bytes_cut_total",
+            "Bytes of the block-store segments deleted by cutting the tail",
+            tail_cut.1,
+        );
         let gauge = |name: &str, help: &str, v: f64| set_gauge(&engine, name, help, v);
+        gauge(
+            "letus_prune_running",
+            "1 while a prune runs (the background pruner's or one asked for), else 0",
+            if prune.is_some() { 1.0 } else { 0.0 },
+        );
+        gauge(
+            "letus_prune_level_pages_done",
+            "Of the level of pages the running prune walks now, the pages done (0 when none runs)",
+            prune.map_or(0.0, |p| p.progress.level_done as f64),
+        );
+        gauge(
+            "letus_prune_level_pages",
+            "The pages of the level the running prune walks now (0 when none runs)",
+            prune.map_or(0.0, |p| p.progress.level_pages as f64),
+        );
         let lookups = (m.page_cache_hits + m.page_cache_misses).max(1) as f64;
         gauge(
             "letus_page_cache_hit_ratio",

@@ -99,9 +99,27 @@ pub struct Node {
     shard: std::sync::RwLock<crate::sharding::PrefixSet>,
     /// Where a shard keeps its subtrees (`DATA/shard.json`); `None` when the node is not a shard.
     shard_file: Option<std::path::PathBuf>,
+    /// Sealed block-store segments deleted by cutting the tail (`max_traceable_blocks`), and their bytes.
+    tail_cut: (std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64),
     /// Test-only: the write stage at which `write_block` panics.
     #[cfg(test)]
     pub(crate) panic_at: Mutex<Option<WriteStage>>,
+}
+
+/// What `/metrics` reports of a node besides its request metrics.
+pub struct NodeStats {
+    /// The engine's counters.
+    pub engine: letus_core::metrics::Snapshot,
+    /// Bytes on disk of the state.
+    pub state_bytes: u64,
+    /// Bytes on disk of the block store.
+    pub block_bytes: u64,
+    /// The latest committed version.
+    pub latest: Option<Version>,
+    /// The prune running now, if any.
+    pub prune: Option<letus_core::PruneStatus>,
+    /// Block-store segments deleted by cutting the tail, and their bytes.
+    pub tail_cut: (u64, u64),
 }
 
 /// What a shard's block part changes or breaks about the subtrees it holds, checked once the version is known
@@ -212,6 +230,9 @@ impl Node {
             BlockStoreOptions {
                 storage: block_storage,
                 segment_bytes: limits.block_segment_bytes,
+                segment_blocks: limits
+                    .max_traceable_blocks
+                    .map(crate::blockstore::segment_blocks_for),
                 ..BlockStoreOptions::default()
             },
         )?;
@@ -242,6 +263,7 @@ impl Node {
             manifests: Mutex::new(Default::default()),
             shard: std::sync::RwLock::new(crate::sharding::PrefixSet::ALL),
             shard_file: None,
+            tail_cut: Default::default(),
             #[cfg(test)]
             panic_at: Mutex::new(None),
         })
@@ -674,8 +696,15 @@ impl Node {
                     // Whole segments only, so this is a few unlinks now and then. A failure leaves the block
                     // store poisoned, and the next write reopens it, as after a failed append.
                     let below = req_version.saturating_add(1).saturating_sub(n.max(1));
-                    if let Err(e) = self.blocks().cut_tail(below) {
-                        tracing::warn!(error = %e, "cutting the block store's tail failed");
+                    match self.blocks().cut_tail(below) {
+                        Ok((segments, bytes)) => {
+                            use std::sync::atomic::Ordering::Relaxed;
+                            self.tail_cut.0.fetch_add(segments, Relaxed);
+                            self.tail_cut.1.fetch_add(bytes, Relaxed);
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cutting the block store's tail failed")
+                        }
                     }
                 }
                 Ok(DigestsResponse {
@@ -1004,17 +1033,34 @@ impl Node {
     }
 
     /// Engine counters and sizes for `/metrics`.
-    pub fn stats(
-        &self,
-    ) -> Result<(letus_core::metrics::Snapshot, u64, u64, Option<Version>), ApiError> {
-        let store = self.reader().snapshot();
-        let blocks = self.blocks();
-        Ok((
-            self.reader().metrics(),
-            self.reader().disk_bytes(),
-            blocks.disk_bytes(),
-            store.latest_version(),
-        ))
+    pub fn stats(&self) -> Result<NodeStats, ApiError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let reader = self.reader();
+        let block_bytes = self.blocks().disk_bytes();
+        Ok(NodeStats {
+            engine: reader.metrics(),
+            state_bytes: reader.disk_bytes(),
+            block_bytes,
+            latest: reader.snapshot().latest_version(),
+            prune: reader.prune_status(),
+            tail_cut: (self.tail_cut.0.load(Relaxed), self.tail_cut.1.load(Relaxed)),
+        })
+    }
+
+    /// The prune running now, if any, and the oldest version held (`GET /v1/admin/prune`).
+    pub fn prune_status(&self) -> crate::api::PruneStatusResponse {
+        let reader = self.reader();
+        let st = reader.prune_status();
+        crate::api::PruneStatusResponse {
+            running: st.is_some(),
+            merge: st.is_some_and(|s| s.merge),
+            elapsed_secs: st.map_or(0.0, |s| s.elapsed.as_secs_f64()),
+            pages: st.map_or(0, |s| s.progress.pages),
+            depth: st.map_or(0, |s| s.progress.depth),
+            level_done: st.map_or(0, |s| s.progress.level_done),
+            level_pages: st.map_or(0, |s| s.progress.level_pages),
+            oldest: reader.pruned_below(),
+        }
     }
 }
 

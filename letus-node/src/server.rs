@@ -74,7 +74,7 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         .route("/v1/shard/tops", get(shard_tops))
         .route("/v1/shard/blocks", post(write_shard_block))
         .route("/v1/tiers", get(tiers))
-        .route("/v1/admin/prune", post(prune))
+        .route("/v1/admin/prune", post(prune).get(prune_status))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
 }
@@ -779,6 +779,19 @@ async fn prune(State(s): State<AppState>, req: Request) -> Result<Json<PruneResp
     Ok(Json(
         blocking(move || node.prune(req.keep, req.merge)).await?,
     ))
+}
+
+/// `GET /v1/admin/prune`: the prune running now and how far it is, with the write token (what a prune is doing
+/// is the operator's business).
+async fn prune_status(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<crate::api::PruneStatusResponse>, ApiError> {
+    if !authorized(&headers, &s.node.token) {
+        return Err(ApiError::Unauthorized);
+    }
+    let node = s.node.clone();
+    Ok(Json(blocking(move || Ok(node.prune_status())).await?))
 }
 
 /// `GET /v1/tiers`: where the store's sealed files are, what the mover and the object store did.

@@ -208,16 +208,31 @@ pub struct PruneArgs {
 pub fn prune(a: PruneArgs) -> Result<ExitCode, String> {
     let store = open_state(&a.data, &a.tiers)?;
     let before = store.disk_bytes();
-    let bar = spinner(
-        a.json,
-        "{spinner} {pos} pages of the boundary version written {per_sec} {elapsed}",
+    // One bar per level of the walk (a level's pages are known before it is walked; the deepest levels take
+    // most of the time), with the pages written so far.
+    let bar = if a.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(0)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "pruning: {msg} [{bar:30}] {pos}/{len} pages of this depth {elapsed}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let started = std::time::Instant::now();
     let result = store
         .reader()
-        .prune_with_progress(a.keep, a.merge, &mut |n| bar.set_position(n));
+        .prune_with_progress(a.keep, a.merge, &mut |p| {
+            bar.set_length(p.level_pages);
+            bar.set_position(p.level_done);
+            bar.set_message(format!("{} pages written, depth {}", p.pages, p.depth));
+        });
     bar.finish_and_clear();
     let report = result.map_err(|e| e.to_string())?;
+    let gc_bar = spinner(a.json, "{spinner} value-log GC {elapsed}");
+    gc_bar.enable_steady_tick(std::time::Duration::from_millis(200));
     // Value-log GC: the first pass retires the files the newest state does not refer to and chooses victims, the
     // second deletes and compacts those the boundary has passed (with --keep 0, all of them; with a window, the
     // node compacts them once it has committed past it); with --merge, every file with any garbage.
@@ -237,7 +252,9 @@ pub fn prune(a: PruneArgs) -> Result<ExitCode, String> {
                 )
             })
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string());
+    gc_bar.finish_and_clear();
+    let gc = gc?;
     let after = store.disk_bytes();
     let secs = started.elapsed().as_secs_f64();
     let oldest = store.pruned_below();

@@ -591,6 +591,8 @@ async fn every_documented_status_of_every_route_is_produced() {
         case("POST", "/v1/admin/prune", 400, "bad_request")
             .json(json!({"keep": 3, "merge": "yes"}))
             .token(),
+        case("GET", "/v1/admin/prune", 401, "unauthorized"),
+        case("GET", "/v1/admin/prune", 200, "").token(),
         case("GET", "/v1/tries/0/keys/00?version=2", 410, "pruned"),
         case("GET", "/v1/tries/0/keys/00?version=12", 200, ""),
         case("GET", "/v1/digest/2", 200, ""),

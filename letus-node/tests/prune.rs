@@ -206,28 +206,35 @@ fn a_node_prunes_by_itself_and_letus_prune_prunes_a_stopped_one() {
     let (mut node, url) = common::serve(dir.path(), TOKEN);
     assert_eq!(check(&url, &digests, 120), offline);
     // The latest state verifies in full.
-    let root = digests[119]["digests"][0]["root"]
-        .as_str()
-        .unwrap()
-        .to_string();
     node.kill().unwrap();
     node.wait().unwrap();
+    verify_latest(dir.path(), &digests[119]);
+}
+
+/// Runs `letus verify` on the stopped node's data at `dir` against the root of trie 0 in `digest` (a block
+/// write's answer): every stored page and value of the latest state recomputed.
+fn verify_latest(dir: &std::path::Path, digest: &Value) {
+    let root = digest["digests"][0]["root"].as_str().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_letus"))
-        .args(["verify", "--root", &root, "--data"])
-        .arg(dir.path())
+        .args(["verify", "--root", root, "--data"])
+        .arg(dir)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 
-/// SIGKILLs while the node prunes after every block (`--prune-garbage-ratio 0`, an index file per block): each
-/// kill lands a few milliseconds after a block was acknowledged, when the pruner that block woke is running. After
-/// every restart each acknowledged version's digest is the one its write returned, the state reads from the
-/// boundary on, and below it answers `pruned`. `LETUS_PRUNE_KILLS` sets the number of kills (default 12).
+/// SIGKILLs while the node prunes after every block (`--prune-garbage-ratio 0`, an index file per block): half the
+/// kills land a few milliseconds after a block was acknowledged, when the pruner that block woke may be running;
+/// the other half the moment `GET /v1/admin/prune` says a prune is running (at least one must). After every
+/// restart each acknowledged version's digest is the one its write returned, the state reads from the boundary
+/// on, and below it answers `pruned`; at the end `letus verify` recomputes the latest root from every stored page
+/// and value. The test prints how many kills left a staged base file or an unfinished value-log compaction
+/// behind. `LETUS_PRUNE_KILLS` sets the number of kills (default 12).
 #[test]
 fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
     let kills: u64 = std::env::var("LETUS_PRUNE_KILLS")
@@ -253,6 +260,7 @@ fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
     let mut rng = letus_workload::Rng::new(99);
     let mut digests: Vec<Value> = Vec::new();
     let mut pruned_seen = false;
+    let (mut kills_in_prune, mut staged_left, mut compaction_left) = (0u64, 0u64, 0u64);
     for round in 0..=kills {
         let (mut node, url) = common::serve_with(dir.path(), TOKEN, &flags);
         let acked = digests.len() as u64;
@@ -292,11 +300,49 @@ fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
         for _ in 0..3 + rng.below(20) {
             digests.push(post_block(&url, digests.len() as u64 + 1));
         }
-        std::thread::sleep(Duration::from_millis(rng.below(15)));
+        if round % 2 == 1 {
+            // Aimed: kill as soon as the node says a prune is running (its walk, the base file being written),
+            // posting blocks (each wakes the pruner) until it does, up to 50 more.
+            'aim: for _ in 0..50 {
+                let until = Instant::now() + Duration::from_millis(30);
+                while Instant::now() < until {
+                    if prune_running(&url) {
+                        node.kill().unwrap();
+                        kills_in_prune += 1;
+                        break 'aim;
+                    }
+                }
+                digests.push(post_block(&url, digests.len() as u64 + 1));
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(rng.below(15)));
+        }
         node.kill().unwrap();
         node.wait().unwrap();
+        // What the kill interrupted, by what it left on disk: a base file staged and not yet installed (a prune
+        // between its walk and its swap), or a value-log file being compacted.
+        let left = |sub: &str, ends: &[&str]| {
+            std::fs::read_dir(dir.path().join("state").join(sub))
+                .map(|rd| {
+                    rd.flatten().any(|e| {
+                        let n = e.file_name().to_string_lossy().to_string();
+                        ends.iter().any(|x| n.ends_with(x))
+                    })
+                })
+                .unwrap_or(false)
+        };
+        staged_left += u64::from(left("lsvps", &[".prune.tmp", ".prune"]));
+        compaction_left += u64::from(left("vdls", &[".tmp"]));
     }
+    eprintln!(
+        "{kills} kills: {kills_in_prune} while the node said a prune was running; {staged_left} left a base file \
+         staged, {compaction_left} a value-log compaction unfinished"
+    );
     assert!(pruned_seen, "the node never pruned");
+    assert!(
+        kills_in_prune > 0 || kills < 2,
+        "no kill landed while a prune was running"
+    );
     // Value-log GC deleted files along the way (the ids missing below the newest are the `collected` list's)
     // and compacted others (`NNNNNN.vdc`).
     let vdls = dir.path().join("state").join("vdls");
@@ -318,4 +364,17 @@ fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
         "{names:?}"
     );
     assert!(names.iter().any(|n| n.ends_with(".vdc")), "{names:?}");
+    // The latest state verifies in full against the root its write returned.
+    verify_latest(dir.path(), digests.last().unwrap());
+}
+
+/// Whether the node at `url` says a prune is running (`GET /v1/admin/prune`).
+fn prune_running(url: &str) -> bool {
+    agent()
+        .get(&format!("{url}/v1/admin/prune"))
+        .header("authorization", &format!("Bearer {TOKEN}"))
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_json::<Value>().ok())
+        .is_some_and(|v| v["running"] == true)
 }

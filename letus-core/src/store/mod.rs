@@ -127,7 +127,7 @@ mod vlog_gc;
 pub use bulk::{BulkPair, CachedPages};
 use engine::*;
 use latest_index::LatestIndex;
-pub use prune::PruneReport;
+pub use prune::{PruneProgress, PruneReport, PruneStatus};
 use snapshot::*;
 pub use snapshot::{Reader, Snapshot};
 pub use state_sync::{KeyChange, SNAPSHOT_TOP_DEPTH};
@@ -572,6 +572,7 @@ impl Store {
                 maintenance: std::sync::Mutex::new(()),
                 turnstile: std::sync::Mutex::new(()),
                 gc: std::sync::Mutex::default(),
+                prune_status: std::sync::Mutex::default(),
             }),
             vdls,
             staged: BTreeMap::new(),

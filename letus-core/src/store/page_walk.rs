@@ -28,7 +28,7 @@ struct Walk<'a> {
     tid: TrieId,
     skip: Version,
     visit: &'a mut dyn FnMut(&Engine, Visit<'_>) -> Result<()>,
-    held: &'a mut dyn FnMut(u64),
+    held: &'a mut dyn FnMut(&PruneProgress),
     pages: u64,
 }
 
@@ -41,8 +41,9 @@ impl Shared {
     /// file the records come in the order they are stored: it runs in a [`crate::lsvps::Sequential`] scope,
     /// which reads them ahead and leaves the block cache to the commits. A page in the page cache is used as it
     /// is; one read from disk is not built (building would hash every inline branch). The engine is held for
-    /// [`PAGES_PER_HOLD`] pages at a time, after any waiting writer, and `held` is told the pages visited so far
-    /// after each hold.
+    /// [`PAGES_PER_HOLD`] pages at a time, after any waiting writer, and `held` is told how far the walk is after
+    /// each hold: the pages visited so far, and of the level being walked, its depth, its pages done and its
+    /// pages (a level is known whole before it is walked).
     ///
     /// Memory: a level's children are collected up to [`MAX_LEVEL_PAGES`] (48 bytes each); then those are walked,
     /// down to the leaves, before the level goes on. The pages of each depth are still visited in prefix order,
@@ -52,7 +53,7 @@ impl Shared {
         roots: &[(TrieId, Version)],
         skip: Version,
         visit: &mut dyn FnMut(&Engine, Visit<'_>) -> Result<()>,
-        held: &mut dyn FnMut(u64),
+        held: &mut dyn FnMut(&PruneProgress),
     ) -> Result<u64> {
         let _sequential = crate::lsvps::Sequential::begin();
         let mut pages = 0u64;
@@ -75,6 +76,7 @@ impl Shared {
     fn walk_level(&self, w: &mut Walk<'_>, level: &[(PageId, Version)], max: usize) -> Result<()> {
         let (tid, skip) = (w.tid, w.skip);
         let mut next = Vec::new();
+        let mut done = 0u64;
         for batch in level.chunks(PAGES_PER_HOLD) {
             let e = self.engine_after_writers();
             for &(id, version) in batch {
@@ -102,7 +104,13 @@ impl Shared {
             }
             drop(e);
             w.pages += batch.len() as u64;
-            (w.held)(w.pages);
+            done += batch.len() as u64;
+            (w.held)(&PruneProgress {
+                pages: w.pages,
+                depth: batch.first().map_or(0, |(id, _)| id.depth),
+                level_done: done,
+                level_pages: level.len() as u64,
+            });
             if next.len() >= max {
                 self.walk_level(w, &std::mem::take(&mut next), max)?;
             }
@@ -138,7 +146,7 @@ mod tests {
                 .count();
             Ok(())
         };
-        let mut held = |_| {};
+        let mut held = |_: &PruneProgress| {};
         let _sequential = crate::lsvps::Sequential::begin();
         for &(tid, v) in &roots {
             let mut w = Walk {

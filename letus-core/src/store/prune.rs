@@ -59,6 +59,33 @@ impl PruneReport {
     }
 }
 
+/// How far a prune is: what [`Reader::prune_with_progress`] reports as it walks, and [`Store::prune_status`]
+/// answers while one runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PruneProgress {
+    /// Pages written to the base file so far.
+    pub pages: u64,
+    /// The depth of the pages being walked now (the walk goes one depth of the trie after another, each in
+    /// prefix order; most of its time goes to the deepest levels).
+    pub depth: u8,
+    /// Of the pages of that level, how many are done...
+    pub level_done: u64,
+    /// ... and how many there are (known before the level is walked; a level of more than about a million pages
+    /// is walked in parts, each part reported as a level of its own).
+    pub level_pages: u64,
+}
+
+/// A prune running now ([`Store::prune_status`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PruneStatus {
+    /// Whether it merges the base files (a full walk of the state) or writes the pages changed since the last one.
+    pub merge: bool,
+    /// How long it has run.
+    pub elapsed: std::time::Duration,
+    /// How far it is.
+    pub progress: PruneProgress,
+}
+
 /// The least a background prune replaces (see [`Shared::prune_due`]).
 const MIN_PRUNE_BYTES: u64 = 1 << 20;
 
@@ -107,13 +134,26 @@ impl Shared {
         &self,
         keep: u64,
         merge: bool,
-        progress: &mut dyn FnMut(u64),
+        progress: &mut dyn FnMut(&PruneProgress),
     ) -> Result<Option<PruneReport>> {
         let held = self
             .maintenance
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let files = self.prune_files(&held, keep, merge, progress)?;
+        let started = std::time::Instant::now();
+        let status = |p: Option<PruneProgress>| {
+            *self
+                .prune_status
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = p.map(|p| (started, merge, p));
+        };
+        status(Some(PruneProgress::default()));
+        let files = self.prune_files(&held, keep, merge, &mut |p| {
+            status(Some(*p));
+            progress(p)
+        });
+        status(None);
+        let files = files?;
         let raised = self.raise_boundary(&held, keep)?;
         let boundary = self.engine().pruned_below.unwrap_or(0);
         Ok(match files {
@@ -178,7 +218,7 @@ impl Shared {
         _maintenance: &std::sync::MutexGuard<'_, ()>,
         keep: u64,
         merge: bool,
-        progress: &mut dyn FnMut(u64),
+        progress: &mut dyn FnMut(&PruneProgress),
     ) -> Result<Option<PruneReport>> {
         let (
             current,
@@ -360,7 +400,7 @@ impl Shared {
         tmp: &Path,
         counters: &Arc<Counters>,
         fs: &crate::storage::SharedStorage,
-        progress: &mut dyn FnMut(u64),
+        progress: &mut dyn FnMut(&PruneProgress),
     ) -> Result<(FileMeta, u64)> {
         let mut w = IndexFileWriter::create_bases_only(fs, tmp, counters.clone())?;
         let (mut records, mut min_version, mut counted) = (0u64, boundary, 0u64);
@@ -374,10 +414,10 @@ impl Shared {
                 records += 1;
                 Ok(())
             },
-            &mut |pages| {
-                Counters::add(&counters.pruned_pages, pages - counted);
-                counted = pages;
-                progress(pages)
+            &mut |p| {
+                Counters::add(&counters.pruned_pages, p.pages - counted);
+                counted = p.pages;
+                progress(p)
             },
         )?;
         let meta = FileMeta {
@@ -455,23 +495,28 @@ impl Reader {
     /// Prunes the pages of every version older than the newest `keep` (see [`Store::prune`]); runs beside
     /// commits and reads, holding the engine exclusively only to swap the files.
     pub fn prune(&self, keep: u64) -> Result<Option<PruneReport>> {
-        self.shared.prune(keep, false, &mut |_| {})
+        self.shared.prune(keep, false, &mut |_: &PruneProgress| {})
     }
 
     /// [`Store::prune_merged`] from a reader handle.
     pub fn prune_merged(&self, keep: u64) -> Result<Option<PruneReport>> {
-        self.shared.prune(keep, true, &mut |_| {})
+        self.shared.prune(keep, true, &mut |_: &PruneProgress| {})
     }
 
-    /// [`Reader::prune`] (or with `merge`, [`Reader::prune_merged`]) calling `progress` with the pages written so
-    /// far.
+    /// [`Reader::prune`] (or with `merge`, [`Reader::prune_merged`]) telling `progress` how far it is after
+    /// every few dozen pages.
     pub fn prune_with_progress(
         &self,
         keep: u64,
         merge: bool,
-        progress: &mut dyn FnMut(u64),
+        progress: &mut dyn FnMut(&PruneProgress),
     ) -> Result<Option<PruneReport>> {
         self.shared.prune(keep, merge, progress)
+    }
+
+    /// [`Store::prune_status`] from a reader handle.
+    pub fn prune_status(&self) -> Option<PruneStatus> {
+        self.shared.prune_status()
     }
 
     /// The oldest version whose state the store holds after pruning (`None`: never pruned).
@@ -487,7 +532,7 @@ impl Store {
     /// proofs of every version still answer. The space of the index files below the boundary comes back; the
     /// value-log files no kept version reads go by [`Store::vlog_gc`]. `None` when there is nothing to prune.
     pub fn prune(&self, keep: u64) -> Result<Option<PruneReport>> {
-        self.shared.prune(keep, false, &mut |_| {})
+        self.shared.prune(keep, false, &mut |_: &PruneProgress| {})
     }
 
     /// [`Store::prune`], and the base files merged into one whatever they weigh: the index files come down to one
@@ -496,12 +541,31 @@ impl Store {
     /// merges a store can hold up to about two copies of its pages; this costs a full walk of the state (what
     /// `letus prune --merge` runs).
     pub fn prune_merged(&self, keep: u64) -> Result<Option<PruneReport>> {
-        self.shared.prune(keep, true, &mut |_| {})
+        self.shared.prune(keep, true, &mut |_: &PruneProgress| {})
     }
 
     /// The oldest version whose state the store holds after pruning (`None`: never pruned).
     pub fn pruned_below(&self) -> Option<Version> {
         self.shared.engine().pruned_below
+    }
+
+    /// The prune running now, if any (the background pruner's, or one asked for through any handle), and how far
+    /// it is.
+    pub fn prune_status(&self) -> Option<PruneStatus> {
+        self.shared.prune_status()
+    }
+}
+
+impl Shared {
+    fn prune_status(&self) -> Option<PruneStatus> {
+        self.prune_status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .map(|(started, merge, progress)| PruneStatus {
+                merge,
+                elapsed: started.elapsed(),
+                progress,
+            })
     }
 }
 

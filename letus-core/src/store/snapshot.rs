@@ -17,6 +17,8 @@ pub(super) struct Shared {
     pub(super) turnstile: std::sync::Mutex<()>,
     /// Value-log GC's live records, retired files and victims (`vlog_gc.rs`).
     pub(super) gc: std::sync::Mutex<vlog_gc::GcState>,
+    /// The prune running now: when it started, whether it merges, how far it is (`prune.rs`).
+    pub(super) prune_status: std::sync::Mutex<Option<(Instant, bool, prune::PruneProgress)>>,
 }
 
 impl Shared {

@@ -55,7 +55,10 @@ pub fn app(router: Arc<Router>) -> axum::Router {
         .route("/v1/shard/map", get(shard_map))
         .route("/v1/shard/moves", post(request_move))
         .route("/v1/tiers", get(not_sharded("tiers")))
-        .route("/v1/admin/prune", post(not_sharded("pruning")))
+        .route(
+            "/v1/admin/prune",
+            post(not_sharded("pruning")).get(not_sharded("pruning")),
+        )
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(limit))
