@@ -301,6 +301,15 @@ impl ServeArgs {
             limits.max_body_bytes = b;
         }
         if let Some(k) = file.max_proof_keys {
+            // A verifier with SPEC.md's default limits checks at most this many claims in one proof (and decodes
+            // at most this many terminal records): a node serving larger multi-proofs would serve proofs no client
+            // accepts.
+            let most = letus_verify::Limits::default().max_keys;
+            if k == 0 || k > most {
+                return Err(format!(
+                    "max_proof_keys must be 1 to {most} (what a verifier checks in one proof, SPEC.md §6)"
+                ));
+            }
             limits.max_proof_keys = k;
         }
         if let Some(b) = positive(

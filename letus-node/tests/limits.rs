@@ -516,6 +516,29 @@ fn a_zero_timeout_or_stream_limit_is_refused_at_start() {
     }
 }
 
+#[test]
+fn a_max_proof_keys_no_verifier_accepts_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let letus = env!("CARGO_BIN_EXE_letus");
+    for keys in [0, 10_001] {
+        let config = dir.path().join("letus.toml");
+        std::fs::write(&config, format!("max_proof_keys = {keys}\n")).unwrap();
+        let out = Command::new(letus)
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .arg("--data")
+            .arg(dir.path().join("data"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{keys}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("max_proof_keys must be 1 to 10000"),
+            "{keys}: {err}"
+        );
+    }
+}
+
 /// Done-means 2 of the readers issue, with the real binary: a client reads an export at 1 KB/s while 100 blocks
 /// are written (some of them overwriting the exported keys). Every write answers within a bound, reads keep
 /// answering, and the export, read to its end afterwards, is exactly its version's state.

@@ -335,6 +335,18 @@ fn proofs() -> Vec<Value> {
         None,
         Some("wrong_type"),
     ));
+    // One terminal record more than max_keys (10,000), then an unknown tag: the count fails first.
+    let mut many = vec![1u8, 1];
+    many.extend(std::iter::repeat_n(0u8, 10_001));
+    many.push(0x07);
+    cases.push(proof_case_bytes(
+        "more terminal records than max_keys",
+        &root,
+        &[present(&k7, &v7)],
+        &many,
+        None,
+        Some("too_large"),
+    ));
     let mut unk = b7.clone();
     unk.push(0x07);
     cases.push(proof_case_bytes(

@@ -46,6 +46,57 @@ pub enum Record {
     },
 }
 
+/// The record counts a decoder allows (SPEC.md §5.4): a walk ends each claim's path at one terminal record
+/// (EMPTY, LEAF, OTHER_LEAF), so a proof for at most `max_keys` claims uses at most `max_keys` of them, and at
+/// most 64 BRANCH records above each. A proof with more can verify no claim set within the limits; refusing it
+/// as it is decoded bounds the decoded records by the claims a verifier accepts (at most `65 * max_keys`, about
+/// 47 MB at the defaults) rather than by the input's bytes (a 4 MiB proof of one-byte records decoded to about
+/// 300 MB).
+pub(crate) struct RecordCounts {
+    terminals: u64,
+    branches: u64,
+    max_terminals: u64,
+    max_branches: u64,
+}
+
+impl RecordCounts {
+    pub(crate) fn new(limits: &Limits) -> Self {
+        let keys = limits.max_keys as u64;
+        RecordCounts {
+            terminals: 0,
+            branches: 0,
+            max_terminals: keys,
+            max_branches: keys.saturating_mul(crate::path::NIBBLES as u64),
+        }
+    }
+
+    /// Counts a record of tag `tag` (unknown tags are not counted: their decoder rejects them).
+    pub(crate) fn count(&mut self, tag: u8) -> Result<(), DecodeError> {
+        let (n, limit, what) = match tag {
+            record_tag::EMPTY | record_tag::LEAF | record_tag::OTHER_LEAF => (
+                &mut self.terminals,
+                self.max_terminals,
+                "proof's terminal records (EMPTY, LEAF, OTHER_LEAF)",
+            ),
+            record_tag::BRANCH => (
+                &mut self.branches,
+                self.max_branches,
+                "proof's BRANCH records",
+            ),
+            _ => return Ok(()),
+        };
+        *n += 1;
+        if *n > limit {
+            return Err(DecodeError::TooLarge {
+                what,
+                size: *n,
+                limit,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// A decoded state proof. Decoding checks the encoding; [`crate::verify_proof`] checks it against claims.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Proof {
@@ -67,8 +118,11 @@ impl Proof {
         r.header(object::STATE_PROOF)?;
         // Every record takes at least one byte, so this bounds the allocation by the input size.
         let mut records = Vec::with_capacity(r.remaining().min(1024));
+        let mut counts = RecordCounts::new(limits);
         while !r.is_empty() {
-            let record = match r.u8()? {
+            let tag = r.u8()?;
+            counts.count(tag)?;
+            let record = match tag {
                 record_tag::EMPTY => Record::Empty,
                 record_tag::LEAF => Record::Leaf,
                 record_tag::OTHER_LEAF => Record::OtherLeaf {

@@ -87,9 +87,19 @@ fn hash_field(s: Option<&String>) -> Result<Hash, DecodeError> {
 }
 
 impl Proof {
-    /// Converts the JSON form, enforcing `limits.max_proof_bytes` on the equivalent binary length.
+    /// Converts the JSON form, enforcing the record counts of SPEC.md §5.4 and `limits.max_proof_bytes` on the
+    /// equivalent binary length.
     pub fn from_json(j: &ProofJson, limits: &crate::Limits) -> Result<Proof, DecodeError> {
         let p = Proof::try_from(j)?;
+        let mut counts = crate::proof::RecordCounts::new(limits);
+        for r in &p.records {
+            counts.count(match r {
+                Record::Empty => crate::proof::record_tag::EMPTY,
+                Record::Leaf => crate::proof::record_tag::LEAF,
+                Record::OtherLeaf { .. } => crate::proof::record_tag::OTHER_LEAF,
+                Record::Branch { .. } => crate::proof::record_tag::BRANCH,
+            })?;
+        }
         let size = p.encoded_len();
         if size > limits.max_proof_bytes {
             return Err(DecodeError::TooLarge {

@@ -62,3 +62,56 @@ fn a_hostile_proof_of_maximal_depth_costs_bounded_work() {
     .unwrap_err();
     assert_eq!(e.code(), "root_mismatch");
 }
+
+#[test]
+fn a_proof_holds_at_most_max_keys_terminal_and_64_times_as_many_branch_records() {
+    let bytes = |records: &[&[u8]], n: usize| -> Vec<u8> {
+        let mut b = vec![1u8, 1];
+        for _ in 0..n {
+            for r in records {
+                b.extend_from_slice(r);
+            }
+        }
+        b
+    };
+    let three = Limits {
+        max_keys: 3,
+        ..Limits::default()
+    };
+    // Terminal records of every kind count together; the fourth fails, even before a bad record after it.
+    let other = [&[2u8][..], &[7u8; 64][..]].concat();
+    let terminals: [&[u8]; 3] = [&[0u8], &[1u8], &other];
+    assert_eq!(
+        Proof::decode(&bytes(&terminals, 1), &three)
+            .unwrap()
+            .records
+            .len(),
+        3
+    );
+    let mut four = bytes(&terminals, 1);
+    four.extend_from_slice(&[0, 0x07]);
+    let e = Proof::decode(&four, &three).unwrap_err();
+    assert_eq!(e.code(), "too_large", "{e}");
+    // BRANCH records: 64 per key.
+    assert!(Proof::decode(&bytes(&[&[3, 0]], 192), &three).is_ok());
+    let e = Proof::decode(&bytes(&[&[3, 0]], 193), &three).unwrap_err();
+    assert_eq!(e.code(), "too_large", "{e}");
+    // The JSON form counts the same records.
+    let p = Proof::decode(&bytes(&[&[3, 0]], 192), &three).unwrap();
+    assert!(Proof::from_json(&p.to_json_value(), &three).is_ok());
+    let mut p = Proof::decode(&bytes(&terminals, 1), &three).unwrap();
+    p.records.push(letus_verify::Record::Empty);
+    assert_eq!(
+        Proof::from_json(&p.to_json_value(), &three)
+            .unwrap_err()
+            .code(),
+        "too_large"
+    );
+    // At the defaults: 640,000 BRANCH records decode, one more does not; a 4 MiB proof of one-byte records now
+    // fails at its 10,001st record instead of decoding 4 million records.
+    assert!(Proof::decode(&bytes(&[&[3, 0]], 640_000), &Limits::default()).is_ok());
+    let e = Proof::decode(&bytes(&[&[3, 0]], 640_001), &Limits::default()).unwrap_err();
+    assert_eq!(e.code(), "too_large");
+    let e = Proof::decode(&bytes(&[&[0]], (4 << 20) - 2), &Limits::default()).unwrap_err();
+    assert_eq!(e.code(), "too_large");
+}
