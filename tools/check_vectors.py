@@ -157,12 +157,22 @@ def check_header(b, typ):
     fail_if(len(b) < 2, "truncated")
     fail_if(b[1] != typ, "wrong_type")
 
+def count_record(counts, tag):
+    """§5.4 record counts: at most MAX_KEYS terminal and 64 * MAX_KEYS BRANCH records."""
+    if tag in (0x00, 0x01, 0x02):
+        counts[0] += 1
+        fail_if(counts[0] > MAX_KEYS, "too_large")
+    elif tag == 0x03:
+        counts[1] += 1
+        fail_if(counts[1] > 64 * MAX_KEYS, "too_large")
+
 def decode_records(b):
     check_header(b, 0x01)
-    i, records = 2, []
+    i, records, counts = 2, [], [0, 0]
     while i < len(b):
         tag = b[i]
         i += 1
+        count_record(counts, tag)
         if tag == 0x00:
             records.append(("empty",))
         elif tag == 0x01:
@@ -252,6 +262,10 @@ def verify_binary(comm, claims, proof_bytes):
 
 def verify_json(comm, claims, proof_json):
     records = decode_json_proof(proof_json)
+    # §5.5: the record counts of §5.4 once the whole proof is converted, then the binary length.
+    counts = [0, 0]
+    for r in records:
+        count_record(counts, {"empty": 0x00, "leaf": 0x01, "other_leaf": 0x02, "branch": 0x03}[r[0]])
     # Guess: step 1 applied to the size of the equivalent binary encoding.
     fail_if(len(encode_records(records)) > MAX_PROOF_BYTES, "too_large")
     verify_records(comm, claims, records)

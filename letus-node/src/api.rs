@@ -473,7 +473,7 @@ pub struct PruneRequest {
 }
 
 /// The answer of `GET /v1/admin/prune`: the prune running now, if any (the background pruner's or one asked
-/// for), and how far it is.
+/// for), and how far it is (its page walk and the swap of its files), and whether a value-log GC pass runs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PruneStatusResponse {
     /// Whether a prune is running.
@@ -490,6 +490,9 @@ pub struct PruneStatusResponse {
     pub level_done: u64,
     /// ... and how many there are.
     pub level_pages: u64,
+    /// Whether a value-log GC pass is running (one follows every prune; with `merge` it compacts every file
+    /// with garbage, which can take longer than the prune).
+    pub vlog_gc_running: bool,
     /// The oldest version whose state the node holds (`None`: never pruned).
     pub oldest: Option<u64>,
 }

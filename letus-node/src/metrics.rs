@@ -93,6 +93,7 @@ impl Metrics {
             block_bytes,
             latest,
             prune,
+            vlog_gc_running,
             tail_cut,
         } = stats;
         // The engine's counters are kept by the engine; each render copies them into a registry of its own, so
@@ -240,6 +241,11 @@ impl Metrics {
             "letus_prune_running",
             "1 while a prune runs (the background pruner's or one asked for), else 0",
             if prune.is_some() { 1.0 } else { 0.0 },
+        );
+        gauge(
+            "letus_vlog_gc_running",
+            "1 while a value-log GC pass runs, else 0",
+            if vlog_gc_running { 1.0 } else { 0.0 },
         );
         gauge(
             "letus_prune_level_pages_done",

@@ -118,6 +118,8 @@ pub struct NodeStats {
     pub latest: Option<Version>,
     /// The prune running now, if any.
     pub prune: Option<letus_core::PruneStatus>,
+    /// Whether a value-log GC pass is running now.
+    pub vlog_gc_running: bool,
     /// Block-store segments deleted by cutting the tail, and their bytes.
     pub tail_cut: (u64, u64),
 }
@@ -1043,6 +1045,7 @@ impl Node {
             block_bytes,
             latest: reader.snapshot().latest_version(),
             prune: reader.prune_status(),
+            vlog_gc_running: reader.vlog_gc_running(),
             tail_cut: (self.tail_cut.0.load(Relaxed), self.tail_cut.1.load(Relaxed)),
         })
     }
@@ -1059,6 +1062,7 @@ impl Node {
             depth: st.map_or(0, |s| s.progress.depth),
             level_done: st.map_or(0, |s| s.progress.level_done),
             level_pages: st.map_or(0, |s| s.progress.level_pages),
+            vlog_gc_running: reader.vlog_gc_running(),
             oldest: reader.pruned_below(),
         }
     }

@@ -107,6 +107,16 @@ fn a_proof_holds_at_most_max_keys_terminal_and_64_times_as_many_branch_records()
             .code(),
         "too_large"
     );
+    // JSON counts only once every record is converted (SPEC.md §5.5): a bad record after too many terminal
+    // records is that record's error.
+    let mut j = p.to_json_value();
+    let mut bad = j.records[0].clone();
+    bad.t = "twig".into();
+    j.records.push(bad);
+    assert_eq!(
+        Proof::from_json(&j, &three).unwrap_err().code(),
+        "unknown_tag"
+    );
     // At the defaults: 640,000 BRANCH records decode, one more does not; a 4 MiB proof of one-byte records now
     // fails at its 10,001st record instead of decoding 4 million records.
     assert!(Proof::decode(&bytes(&[&[3, 0]], 640_000), &Limits::default()).is_ok());

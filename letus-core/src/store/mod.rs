@@ -573,6 +573,7 @@ impl Store {
                 turnstile: std::sync::Mutex::new(()),
                 gc: std::sync::Mutex::default(),
                 prune_status: std::sync::Mutex::default(),
+                gc_running: std::sync::atomic::AtomicBool::new(false),
             }),
             vdls,
             staged: BTreeMap::new(),

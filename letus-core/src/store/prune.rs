@@ -147,12 +147,24 @@ impl Shared {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) = p.map(|p| (started, merge, p));
         };
+        /// Clears the status however the prune ends, a panic included.
+        struct Clear<'a>(&'a Shared);
+        impl Drop for Clear<'_> {
+            fn drop(&mut self) {
+                *self
+                    .0
+                    .prune_status
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = None;
+            }
+        }
         status(Some(PruneProgress::default()));
+        let clear = Clear(self);
         let files = self.prune_files(&held, keep, merge, &mut |p| {
             status(Some(*p));
             progress(p)
         });
-        status(None);
+        drop(clear);
         let files = files?;
         let raised = self.raise_boundary(&held, keep)?;
         let boundary = self.engine().pruned_below.unwrap_or(0);
@@ -519,6 +531,13 @@ impl Reader {
         self.shared.prune_status()
     }
 
+    /// [`Store::vlog_gc_running`] from a reader handle.
+    pub fn vlog_gc_running(&self) -> bool {
+        self.shared
+            .gc_running
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The oldest version whose state the store holds after pruning (`None`: never pruned).
     pub fn pruned_below(&self) -> Option<Version> {
         self.shared.engine().pruned_below
@@ -550,9 +569,17 @@ impl Store {
     }
 
     /// The prune running now, if any (the background pruner's, or one asked for through any handle), and how far
-    /// it is.
+    /// it is: its page walk and the swap of its files (the value-log GC pass that usually follows is
+    /// [`Store::vlog_gc_running`]).
     pub fn prune_status(&self) -> Option<PruneStatus> {
         self.shared.prune_status()
+    }
+
+    /// Whether a value-log GC pass is running now (the background pruner's, or one asked for).
+    pub fn vlog_gc_running(&self) -> bool {
+        self.shared
+            .gc_running
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

@@ -19,6 +19,8 @@ pub(super) struct Shared {
     pub(super) gc: std::sync::Mutex<vlog_gc::GcState>,
     /// The prune running now: when it started, whether it merges, how far it is (`prune.rs`).
     pub(super) prune_status: std::sync::Mutex<Option<(Instant, bool, prune::PruneProgress)>>,
+    /// Set while a value-log GC pass runs.
+    pub(super) gc_running: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {

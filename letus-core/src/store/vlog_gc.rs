@@ -481,6 +481,16 @@ impl Shared {
             .maintenance
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        /// Says a pass is running while it is held (passes run one at a time, under `maintenance`).
+        struct Running<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        self.gc_running
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let _running = Running(&self.gc_running);
         let counters = self.engine().counters.clone();
         let mut report = GcReport::default();
 

@@ -15,6 +15,8 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(f.finalize(), t.root());
     if let Some(k) = data.get(..2) {
         let p = t.prove(&[k]);
-        verify_proof(&t.root(), k, t.get(k), &p, &Limits::default()).expect("honest proof");
+        let read =
+            verify_proof(&t.root(), k, t.get(k), &p, &Limits::default()).expect("honest proof");
+        assert_eq!(read.value(), t.get(k));
     }
 });
