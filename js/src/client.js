@@ -1,4 +1,7 @@
 import { LetusNodeError, LetusVerifyError, wrapError } from './errors.js';
+
+/** SPEC.md §6: the largest encoded state proof. */
+const MAX_PROOF_BYTES = 4 * 1024 * 1024;
 import { bytesEqual, fromHex, hashHex, toBytes, toHex, toU32, toU64 } from './bytes.js';
 import { parseJson } from './json.js';
 import { proofFromJson } from './proof.js';
@@ -33,24 +36,98 @@ function optValue(v, what) {
  * digest the node returns is passed to `options.monitor` (a DigestMonitor) under the node's URL, an alarm
  * (fork, rollback, checkpoint conflict) being thrown as a LetusVerifyError with the report's code.
  */
+/** The most bytes of one answer a client reads by default (a 4 MiB proof as hex and as JSON fits well within). */
+export const DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024;
+/** How long a client waits for one answer by default, in milliseconds. */
+export const DEFAULT_TIMEOUT_MS = 60_000;
+/** The most history entries one answer holds (letus-node/API.md). */
+const MAX_HISTORY_ENTRIES = 1000;
+
+/**
+ * The body of `res` as text, read as a stream and refused with `too_large` past `max` bytes (the rest is not
+ * read: the stream is cancelled).
+ */
+async function readCapped(res, max, signal) {
+  const declared = Number(res.headers && res.headers.get ? res.headers.get('content-length') : NaN);
+  if (declared > max) {
+    if (res.body && res.body.cancel) await res.body.cancel().catch(() => {});
+    throw new LetusVerifyError('too_large', `the node's answer is ${declared} bytes; the client reads at most ${max}`);
+  }
+  if (!res.body || typeof res.body.getReader !== 'function') {
+    const text = await res.text();
+    if (text.length > max) throw new LetusVerifyError('too_large', `the node's answer is above ${max} bytes`);
+    return text;
+  }
+  const reader = res.body.getReader();
+  // A fetch that does not tie its body to the signal still stops at the deadline: the read is cancelled.
+  const onAbort = () => reader.cancel().catch(() => {});
+  signal.addEventListener('abort', onAbort);
+  const parts = [];
+  let n = 0;
+  for (;;) {
+    const { done, value } = await reader.read().finally(() => {
+      if (signal.aborted) signal.removeEventListener('abort', onAbort);
+    });
+    if (signal.aborted) throw new Error('aborted');
+    if (done) break;
+    n += value.length;
+    if (n > max) {
+      await reader.cancel().catch(() => {});
+      throw new LetusVerifyError('too_large', `the node's answer is above ${max} bytes`);
+    }
+    parts.push(value);
+  }
+  signal.removeEventListener('abort', onAbort);
+  const all = new Uint8Array(n);
+  let at = 0;
+  for (const p of parts) {
+    all.set(p, at);
+    at += p.length;
+  }
+  return new TextDecoder().decode(all);
+}
+
 export class LetusClient {
   #base;
   #fetch;
   #monitor;
   #source;
+  #maxBytes;
+  #timeoutMs;
 
-  constructor(baseUrl, { fetch: f, monitor, source } = {}) {
+  /**
+   * Options: `fetch` (default the global one), `monitor` (a DigestMonitor), `source` (the name digests are
+   * reported under; default the URL), `maxAnswerBytes` (default 64 MiB: a longer answer is refused with
+   * `too_large` without being read further), `timeoutMs` (default 60 s per answer: then `timeout`).
+   */
+  constructor(baseUrl, { fetch: f, monitor, source, maxAnswerBytes, timeoutMs } = {}) {
     this.#base = String(baseUrl).replace(/\/+$/, '');
     // Browsers require fetch to be called with the global object as `this`, so bind it.
     this.#fetch = f || (typeof globalThis.fetch === 'function' ? globalThis.fetch.bind(globalThis) : undefined);
     if (typeof this.#fetch !== 'function') throw new TypeError('no fetch function available');
     this.#monitor = monitor;
     this.#source = source || this.#base;
+    this.#maxBytes = maxAnswerBytes === undefined ? DEFAULT_MAX_ANSWER_BYTES : Number(maxAnswerBytes);
+    this.#timeoutMs = timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : Number(timeoutMs);
+    if (!(this.#maxBytes > 0) || !(this.#timeoutMs > 0)) throw new TypeError('maxAnswerBytes and timeoutMs must be positive');
   }
 
   async #request(path, init) {
-    const res = await this.#fetch(this.#base + path, init);
-    const text = await res.text();
+    const ctrl = new AbortController();
+    const timer = setTimeout(() => ctrl.abort(), this.#timeoutMs);
+    let res;
+    let text;
+    try {
+      res = await this.#fetch(this.#base + path, { ...init, signal: ctrl.signal });
+      text = await readCapped(res, this.#maxBytes, ctrl.signal);
+    } catch (e) {
+      if (ctrl.signal.aborted) {
+        throw new LetusVerifyError('timeout', `no whole answer from ${this.#base} within ${this.#timeoutMs} ms`, { cause: e });
+      }
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
     if (!res.ok) {
       let code = 'http_error';
       let message = text;
@@ -80,6 +157,9 @@ export class LetusClient {
 
   /** Checks that the binary proof and its JSON form (if sent) are the same proof; returns the bytes. */
   static #proofOf(answer) {
+    if (typeof answer.proof_hex === 'string' && answer.proof_hex.length > 2 * MAX_PROOF_BYTES) {
+      throw new LetusVerifyError('too_large', `proof_hex of ${answer.proof_hex.length} characters; a proof is at most ${MAX_PROOF_BYTES} bytes`);
+    }
     const bin = parsing(() => fromHex(answer.proof_hex, 'proof_hex'));
     if (answer.proof !== undefined && answer.proof !== null) {
       const fromJson = proofFromJson(answer.proof);
@@ -106,6 +186,8 @@ export class LetusClient {
     const proof = LetusClient.#proofOf(a);
     const root = trustedRoot === undefined ? digest.root : hashHex(trustedRoot, 'trusted root');
     const r = await verifyProof({ tid: t, version: digest.version, root }, k, value, proof);
+    // The answer's digest is what the result (and the monitor) report: with a trusted root, it must name it.
+    check(digest.root === root, 'the digest names another root than the trusted one');
     this.#observe(digest);
     return { tid: t, version: digest.version, key: k, value, present: r.present, digest, trusted: trustedRoot !== undefined };
   }
@@ -137,6 +219,7 @@ export class LetusClient {
     const root = trustedRoot === undefined ? digest.root : hashHex(trustedRoot, 'trusted root');
     const claims = ks.map((key, i) => ({ key, value: values[i] }));
     await verifyMultiProof({ tid: t, version: digest.version, root }, claims, proof);
+    check(digest.root === root, 'the digest names another root than the trusted one');
     this.#observe(digest);
     return { tid: t, version: digest.version, entries: claims, digest, trusted: trustedRoot !== undefined };
   }
@@ -158,7 +241,10 @@ export class LetusClient {
     if (trusted) check(trusted.tid === t, 'trusted digest is of another trie');
     const out = [];
     let prev;
-    for (const e of parsing(() => [...a.entries])) {
+    const entries = parsing(() => [...a.entries]);
+    const most = limit === undefined ? MAX_HISTORY_ENTRIES : Math.min(Number(toU64(limit, 'limit')), MAX_HISTORY_ENTRIES);
+    check(entries.length <= most, `${entries.length} history entries; at most ${most} were asked for`);
+    for (const e of entries) {
       const { digest, value, version } = parsing(() => ({
         digest: digestFromJson(e.digest),
         value: optValue(e.value, 'value'),
@@ -176,6 +262,7 @@ export class LetusClient {
         check(hashHex(inc.root, 'root') === digest.root, 'inclusion root');
         await verifyInclusion(trusted, { tid: t, version, root: digest.root }, parsing(() => fromHex(inc.proof_hex, 'proof_hex')));
       }
+      this.#observe(digest);
       out.push({ version, value, digest, trusted: trusted !== undefined });
     }
     return out;
@@ -196,11 +283,24 @@ export class LetusClient {
    */
   async consistency(older, toVersion) {
     const o = digestFromJson(older);
-    const to = toVersion === undefined ? '' : `&to=${toU64(toVersion)}`;
+    const want = toVersion === undefined ? undefined : toU64(toVersion);
+    const to = want === undefined ? '' : `&to=${want}`;
     const a = await this.#request(`/v1/digest/consistency?from=${o.version}${to}&tid=${o.tid}`);
     const { from, newer } = parsing(() => ({ from: digestFromJson(a.from), newer: digestFromJson(a.to) }));
     check(from.tid === o.tid && newer.tid === o.tid, 'tid');
+    check(newer.version >= o.version, 'the newer digest is older than the trusted one');
+    check(want === undefined || newer.version === want, 'the newer digest is not at the version asked for');
+    // The history of `older` is a prefix of newer's history...
     await verifyConsistency(o, newer, parsing(() => fromHex(a.proof_hex, 'proof_hex')));
+    // ... and newer's own version and root are the last entry of that history (SPEC.md §7), or its root could be
+    // anything: proved by newer's inclusion proof of itself, at index history_len - 1.
+    const inc = await this.#request(`/v1/digest/inclusion?version=${newer.version}&at=${newer.version}&tid=${o.tid}`);
+    const index = await verifyInclusion(
+      newer,
+      { tid: o.tid, version: newer.version, root: newer.root },
+      parsing(() => fromHex(inc.proof_hex, 'proof_hex')),
+    );
+    check(BigInt(index) === BigInt(newer.history_len) - 1n, 'the newer digest is not the last entry of its history');
     this.#observe(newer);
     return newer;
   }

@@ -12,7 +12,8 @@ export type ErrorCode =
   | 'proof_exhausted' | 'unused_records' | 'expected_present' | 'expected_absent' | 'other_leaf_mismatch'
   | 'depth_exceeded' | 'root_mismatch' | 'out_of_order' | 'history_size_mismatch'
   | 'history_index_out_of_range' | 'history_proof_length' | 'history_root_mismatch'
-  | 'answer_mismatch' | 'finished' | 'fork' | 'rollback' | 'checkpoint_conflict';
+  | 'wrong_snapshot' | 'outside_chunk' | 'chunk_mismatch'
+  | 'answer_mismatch' | 'finished' | 'fork' | 'rollback' | 'checkpoint_conflict' | 'timeout';
 
 export class LetusVerifyError extends Error {
   constructor(code: string, message?: string, options?: { cause?: unknown });
@@ -195,6 +196,10 @@ export interface ClientOptions {
   /** Every digest the node returns is observed under `source` (default: the base URL); alarms throw. */
   monitor?: DigestMonitor;
   source?: string;
+  /** The most bytes of one answer read (default 64 MiB); a longer one is refused with `too_large`, unread. */
+  maxAnswerBytes?: number;
+  /** How long to wait for one whole answer, in milliseconds (default 60,000); then `timeout`. */
+  timeoutMs?: number;
 }
 
 export class LetusClient {
@@ -215,6 +220,10 @@ export class LetusClient {
     options?: { limit?: U64Like; trustedDigest?: DigestLike },
   ): Promise<{ version: bigint; value: Uint8Array | null; digest: Digest; trusted: boolean }[]>;
   digests(version?: U64Like): Promise<Digest[]>;
+  /**
+   * Proves that `older`'s history is a prefix of the node's history at `toVersion` (default latest), and that the
+   * newer digest's own version and root are the last entry of that history (an inclusion proof of itself).
+   */
   consistency(older: DigestLike, toVersion?: U64Like): Promise<Digest>;
 }
 

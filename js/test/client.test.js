@@ -127,6 +127,22 @@ describe('LetusClient.getVerified', () => {
   it('rejects an answer that verifies against its own digest but not the trusted root (root_mismatch)', async () => {
     await rejects(client({ [GET]: [200, valueAnswer()] }).getVerified(0, KEY, { version: 5, trustedRoot: OTHER_ROOT }), 'root_mismatch');
   });
+  it('rejects an answer whose proof verifies against the trusted root but whose digest names another (answer_mismatch)', async () => {
+    await rejects(client({ [GET]: [200, valueAnswer({ digest: digest(5, OTHER_ROOT) })] }).getVerified(0, KEY, { version: 5, trustedRoot: ROOT }), 'answer_mismatch');
+    const keys = multi.claims.map((c) => c.key);
+    const values = multi.claims.map((c) => c.value ?? null);
+    const many = { tid: 0, version: 5, keys, values, proof: multi.proof_json, proof_hex: multi.proof, digest: digest(5, OTHER_ROOT) };
+    await rejects(client({ '/v1/tries/0/proofs': [200, many] }).getVerifiedMany(0, keys, { version: 5, trustedRoot: multi.root }), 'answer_mismatch');
+  });
+  it('refuses an answer longer than maxAnswerBytes (too_large) and one slower than timeoutMs (timeout)', async () => {
+    await rejects(client({ [GET]: [200, valueAnswer()] }, { maxAnswerBytes: 100 }).getVerified(0, KEY, { version: 5 }), 'too_large');
+    const never = (url, init) => new Promise((_, reject) => init.signal.addEventListener('abort', () => reject(init.signal.reason)));
+    await rejects(new LetusClient('http://node.test', { fetch: never, timeoutMs: 50 }).getVerified(0, KEY, { version: 5 }), 'timeout');
+    // A body that never ends is cut by the timeout too.
+    const endless = async (url, init) => new Response(new ReadableStream({ pull: () => new Promise(() => {}) }, { highWaterMark: 0 }), { status: 200 });
+    await rejects(new LetusClient('http://node.test', { fetch: endless, timeoutMs: 50 }).getVerified(0, KEY, { version: 5 }), 'timeout');
+    await rejects(client({ [GET]: [200, valueAnswer({ proof: null, proof_hex: 'ab'.repeat(4 * 1024 * 1024 + 1) })] }).getVerified(0, KEY, { version: 5 }), 'too_large');
+  });
   it('rejects answers for another key, version or trie (answer_mismatch)', async () => {
     const other = inc.claims[0].key.slice(0, -2) + '31';
     await rejects(client({ [GET]: [200, valueAnswer({ key: other })] }).getVerified(0, KEY, { version: 5 }), 'answer_mismatch');
@@ -243,18 +259,40 @@ describe('LetusClient.history', () => {
 });
 
 describe('LetusClient.consistency and digests', () => {
-  const cons = vec('history.json').cases.find((c) => c.type === 'consistency' && c.valid && c.old_size === 4 && c.new_size === 13);
+  const hist = vec('history.json').cases;
+  const cons = hist.find((c) => c.type === 'consistency' && c.valid && c.old_size === 4 && c.new_size === 13);
+  // The vectors' history: entry 12 of 13 is (version 31, root e12), entry 4 is (version 8, root e4).
+  const e12 = hist.find((c) => c.name === 'inclusion of entry 12 in 13');
+  const e4 = hist.find((c) => c.name === 'inclusion of entry 4 in 13');
   const older = digest(4, ROOT, cons.old_size, cons.old_root);
-  const newer = digest(13, OTHER_ROOT, cons.new_size, cons.new_root);
+  const newer = digest(31, e12.entry.root, cons.new_size, cons.new_root);
   const route = '/v1/digest/consistency?from=4&tid=0';
-  it('accepts a newer digest that extends the trusted one', async () => {
-    const r = await client({ [route]: [200, { tid: 0, from: older, to: newer, proof_hex: cons.proof }] }).consistency(older);
+  const self31 = '/v1/digest/inclusion?version=31&at=31&tid=0';
+  const routes = (to, inc = e12.proof, path = self31) => ({
+    [route]: [200, { tid: 0, from: older, to, proof_hex: cons.proof }],
+    [path]: [200, { tid: 0, proof_hex: inc }],
+  });
+  it('accepts a newer digest that extends the trusted one and ends its own history', async () => {
+    const fetch = fakeFetch(routes(newer));
+    const r = await new LetusClient('http://node.test', { fetch }).consistency(older);
     assert.equal(r.history_root, cons.new_root);
+    assert.deepEqual(fetch.calls.map((c) => c.path), [route, self31]);
+    assert.equal((await client({ ...routes(newer), ['/v1/digest/consistency?from=4&to=31&tid=0']: [200, { tid: 0, from: older, to: newer, proof_hex: cons.proof }] }).consistency(older, 31)).version, 31n);
   });
   it('rejects a rewritten history (history_root_mismatch)', async () => {
     const forged = { ...newer, history_root: 'cd'.repeat(32) };
-    await rejects(client({ [route]: [200, { tid: 0, from: older, to: forged, proof_hex: cons.proof }] }).consistency(older), 'history_root_mismatch');
-    await rejects(client({ [route]: [200, { tid: 0, from: older, to: newer, proof_hex: flipHex(cons.proof, -1) }] }).consistency(older), 'history_root_mismatch');
+    await rejects(client(routes(forged)).consistency(older), 'history_root_mismatch');
+    await rejects(client({ ...routes(newer), [route]: [200, { tid: 0, from: older, to: newer, proof_hex: flipHex(cons.proof, -1) }] }).consistency(older), 'history_root_mismatch');
+  });
+  it('rejects a newer digest whose own version and root are not the last entry of its history', async () => {
+    // A made-up root on an honest history: its inclusion proof does not verify.
+    await rejects(client(routes({ ...newer, root: OTHER_ROOT })).consistency(older), 'history_root_mismatch');
+    // A real entry of the history, but not its last one (entry 4 of 13, at version 8).
+    const stale = digest(8, e4.entry.root, 13, cons.new_root);
+    await rejects(client(routes(stale, e4.proof, '/v1/digest/inclusion?version=8&at=8&tid=0')).consistency(older), 'answer_mismatch');
+    // Not the version asked for; older than the trusted digest.
+    await rejects(client({ ['/v1/digest/consistency?from=4&to=30&tid=0']: [200, { tid: 0, from: older, to: newer, proof_hex: cons.proof }] }).consistency(older, 30), 'answer_mismatch');
+    await rejects(client(routes(digest(3, e12.entry.root, 13, cons.new_root))).consistency(older), 'answer_mismatch');
   });
   it('DigestMonitor.checkConsistency accepts and rejects the same', async () => {
     const m = new DigestMonitor();
