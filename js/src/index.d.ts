@@ -13,7 +13,8 @@ export type ErrorCode =
   | 'depth_exceeded' | 'root_mismatch' | 'out_of_order' | 'history_size_mismatch'
   | 'history_index_out_of_range' | 'history_proof_length' | 'history_root_mismatch'
   | 'wrong_snapshot' | 'outside_chunk' | 'chunk_mismatch'
-  | 'answer_mismatch' | 'finished' | 'fork' | 'rollback' | 'checkpoint_conflict' | 'timeout';
+  | 'answer_mismatch' | 'finished' | 'fork' | 'rollback' | 'checkpoint_conflict' | 'timeout'
+  | 'aborted' | 'unsupported' | 'worker_error';
 
 export class LetusVerifyError extends Error {
   constructor(code: string, message?: string, options?: { cause?: unknown });
@@ -188,6 +189,39 @@ export class SnapshotVerifier {
   verifyChunk(index: number, chunk: BytesLike): { key: Uint8Array; value: Uint8Array }[];
   free(): void;
 }
+
+/** SPEC.md §6: the largest encoded snapshot chunk a verifier accepts (64 MiB). */
+export const MAX_CHUNK_BYTES: number;
+
+export interface SnapshotProgress {
+  /** Chunks in the manifest. */
+  entries: number;
+  /** Chunks verified so far. */
+  done: number;
+  /** Pairs verified so far. */
+  pairs: number;
+  /** Bytes fetched so far (manifest and chunks). */
+  bytes: number;
+}
+
+/**
+ * Verifies the snapshot of trie `tid` at `version` served by the node at `node` in a module Web Worker (the page's
+ * thread stays free): the manifest against `trustedRoot`, then every chunk. Browsers only. Rejects with a
+ * LetusVerifyError (`root_mismatch`, `too_large`, `aborted`, `unsupported`, `worker_error`, ...) or a
+ * LetusNodeError.
+ */
+export function verifySnapshotInWorker(
+  node: string | URL,
+  options: {
+    tid?: number;
+    version: U64Like;
+    trustedRoot: BytesLike;
+    maxPairs?: U64Like;
+    onProgress?: (p: SnapshotProgress) => void;
+    signal?: AbortSignal;
+    workerUrl?: string | URL;
+  },
+): Promise<{ entries: number; pairs: number; total: string; bytes: number }>;
 
 // ------------------------------------------------------------------ node client (letus-node/API.md)
 

@@ -14,7 +14,7 @@ export {
 } from './digest.js';
 export { historyLeaf, historyRoot } from './history.js';
 export { FullVerifier } from './full.js';
-export { SnapshotVerifier } from './snapshot.js';
+export { SnapshotVerifier, verifySnapshotInWorker, MAX_CHUNK_BYTES } from './snapshot.js';
 export { LetusClient } from './client.js';
 export { fromHex, toHex } from './bytes.js';
 export { parseJson } from './json.js';

@@ -1,6 +1,9 @@
-import { wrapError } from './errors.js';
+import { LetusNodeError, LetusVerifyError, wrapError } from './errors.js';
 import { toBytes, toHash, toHex, toU32, toU64 } from './bytes.js';
 import { init } from './wasm.js';
+
+/** SPEC.md §6: the largest encoded snapshot chunk a verifier accepts. */
+export const MAX_CHUNK_BYTES = 64 * 1024 * 1024;
 
 /**
  * A snapshot of one trie at one version (SPEC.md §12): the manifest, verified against a trusted root, then each
@@ -49,6 +52,9 @@ export class SnapshotVerifier {
   verifyChunk(index, chunk) {
     const i = toU32(index, 'index');
     const bytes = toBytes(chunk, 'chunk');
+    if (bytes.length > MAX_CHUNK_BYTES) {
+      throw new LetusVerifyError('too_large', `a chunk of ${bytes.length} bytes; at most ${MAX_CHUNK_BYTES}`);
+    }
     try {
       return this.#inner.verifyChunk(i, bytes).map(([key, value]) => ({ key, value }));
     } catch (e) {
@@ -60,4 +66,60 @@ export class SnapshotVerifier {
   free() {
     this.#inner.free();
   }
+}
+
+/**
+ * Verifies the snapshot of trie `tid` at `version` that the node at `node` serves (`GET /v1/tries/{tid}/snapshot`
+ * and its chunks) in a module Web Worker, so that the page stays responsive: the manifest against `trustedRoot`,
+ * then every chunk as it arrives. `onProgress({entries, done, pairs, bytes})` is called on the page's thread after
+ * the manifest and after each chunk. Resolves to `{entries, pairs, total, bytes}` (`total`: the pairs the manifest
+ * promises, a decimal string); rejects with a LetusVerifyError (`root_mismatch`, `too_large`, ...), a
+ * LetusNodeError for an error answer of the node, or `aborted` when `signal` aborts (the worker is terminated).
+ * Browsers only (needs `Worker` with `type: 'module'`); `workerUrl` overrides where the worker script is.
+ */
+export function verifySnapshotInWorker(node, { tid = 0, version, trustedRoot, maxPairs, onProgress, signal, workerUrl } = {}) {
+  if (typeof Worker !== 'function') {
+    return Promise.reject(new LetusVerifyError('unsupported', 'Web Workers are not available here'));
+  }
+  const base = typeof location === 'object' ? new URL(String(node), location.href) : new URL(String(node));
+  const msg = {
+    node: base.href.replace(/\/+$/, ''),
+    tid: toU32(tid),
+    version: String(toU64(version)),
+    trustedRoot: toHex(toHash(trustedRoot, 'trusted root')),
+    maxPairs: maxPairs === undefined ? undefined : String(toU64(maxPairs, 'maxPairs')),
+  };
+  return new Promise((resolve, reject) => {
+    if (signal && signal.aborted) {
+      reject(new LetusVerifyError('aborted', 'aborted before it started'));
+      return;
+    }
+    const w = new Worker(workerUrl || new URL('./snapshot-worker.js', import.meta.url), { type: 'module' });
+    const end = () => {
+      w.terminate();
+      if (signal) signal.removeEventListener('abort', onAbort);
+    };
+    const onAbort = () => {
+      end();
+      reject(new LetusVerifyError('aborted', 'snapshot verification aborted'));
+    };
+    if (signal) signal.addEventListener('abort', onAbort);
+    w.onmessage = (ev) => {
+      const m = ev.data;
+      if (m.type === 'progress') {
+        if (onProgress) onProgress({ entries: m.entries, done: m.done, pairs: m.pairs, bytes: m.bytes });
+      } else if (m.type === 'done') {
+        end();
+        resolve({ entries: m.entries, pairs: m.pairs, total: m.total, bytes: m.bytes });
+      } else {
+        end();
+        reject(m.status ? new LetusNodeError(m.status, m.code, m.message) : new LetusVerifyError(m.code, m.message));
+      }
+    };
+    w.onerror = (ev) => {
+      end();
+      reject(new LetusVerifyError('worker_error', (ev && ev.message) || 'the snapshot worker failed'));
+    };
+    w.postMessage(msg);
+  });
 }

@@ -328,6 +328,100 @@ describe('wallet page in headless Chromium', { timeout: 180_000 }, () => {
     t.diagnostic(line);
     assert.ok(browser.n > 0 && n > 0);
   });
+  test('snapshot in a Web Worker: 200,000 pairs verify off the page\'s thread, with progress; wrong root and abort reject', async (t) => {
+    // A node of its own with 200,000 accounts (two blocks of 100,000 writes).
+    const bigDir = await mkdtemp(path.join(os.tmpdir(), 'letus-wallet-big-'));
+    const big = await startNode(bigDir);
+    try {
+      let root;
+      for (const v of [1, 2]) {
+        const writes = Array.from({ length: 100_000 }, (_, i) => [acct(100_000 * (v - 1) + i), 1000 + i]);
+        root = (await postBlock(big.url, v, writes)).root;
+      }
+      const page = await openWallet(context, big.url);
+      let r;
+      try {
+        r = await page.evaluate(async ({ root }) => {
+          const m = await import('/js/src/index.js');
+          // The page's thread: a 4 ms ticker records the longest gap between ticks while each verification runs.
+          const watch = () => {
+            let last = performance.now();
+            const w = { ticks: 0, maxGap: 0 };
+            const id = setInterval(() => {
+              const now = performance.now();
+              w.maxGap = Math.max(w.maxGap, now - last);
+              w.ticks += 1;
+              last = now;
+            }, 4);
+            w.stop = () => clearInterval(id);
+            return w;
+          };
+          const progress = [];
+          let w = watch();
+          let t0 = performance.now();
+          const done = await m.verifySnapshotInWorker(location.origin, {
+            tid: 0, version: 2n, trustedRoot: root, maxPairs: 5000, onProgress: (p) => progress.push(p),
+          });
+          const worker = { ms: performance.now() - t0, ticks: w.ticks, maxGap: w.maxGap };
+          w.stop();
+          // For comparison, the same chunks (fetched first) verified on the page's thread, one after the other:
+          // what the worker spares the page.
+          const bytes = async (u) => new Uint8Array(await (await fetch(u)).arrayBuffer());
+          const sv = await m.SnapshotVerifier.fromManifest(await bytes('/v1/tries/0/snapshot?version=2&max_pairs=5000'),
+            { tid: 0, version: 2n, trustedRoot: root });
+          const chunks = [];
+          for (let i = 0; i < sv.entries; i++) {
+            const e = sv.entry(i);
+            chunks.push(await bytes(`/v1/tries/0/snapshot/chunks/${i}?version=2&depth=${e.depth}&prefix=${e.prefix}`));
+          }
+          w = watch();
+          t0 = performance.now();
+          let mainPairs = 0;
+          chunks.forEach((c, i) => { mainPairs += sv.verifyChunk(i, c).length; });
+          const main = { ms: performance.now() - t0 };
+          await new Promise((res) => setTimeout(res, 20));
+          Object.assign(main, { ticks: w.ticks, maxGap: w.maxGap });
+          w.stop();
+          sv.free();
+          const code = async (opts) => {
+            try {
+              await m.verifySnapshotInWorker(location.origin, { tid: 0, version: 2n, maxPairs: 5000, ...opts });
+              return 'ok';
+            } catch (e) {
+              return `${e.name}:${e.code}`;
+            }
+          };
+          const ctl = new AbortController();
+          const aborted = code({ trustedRoot: root, signal: ctl.signal, onProgress: () => ctl.abort() });
+          return {
+            done, progress, worker, main, mainPairs,
+            wrongRoot: await code({ trustedRoot: '00'.repeat(32) }),
+            missing: await code({ trustedRoot: root, version: 9n }),
+            aborted: await aborted,
+          };
+        }, { root });
+      } finally {
+        await page.close();
+      }
+      assert.equal(r.done.pairs, 200_000);
+      assert.equal(r.done.total, '200000');
+      assert.equal(r.mainPairs, 200_000);
+      assert.ok(r.done.entries > 10, `${r.done.entries} chunks`);
+      // Progress after the manifest and after every chunk, counting up to the whole.
+      assert.equal(r.progress.length, r.done.entries + 1);
+      assert.deepEqual(r.progress.map((p) => p.done), Array.from({ length: r.done.entries + 1 }, (_, i) => i));
+      assert.equal(r.progress.at(-1).pairs, 200_000);
+      // The page's thread kept running its ticker while the worker verified.
+      assert.ok(r.worker.ticks > 0, JSON.stringify(r.worker));
+      assert.equal(r.wrongRoot, 'LetusVerifyError:root_mismatch');
+      assert.equal(r.missing, 'LetusNodeError:version_not_found');
+      assert.equal(r.aborted, 'LetusVerifyError:aborted');
+      t.diagnostic(`200,000 pairs in ${r.done.entries} chunks: in a worker ${Math.round(r.worker.ms)} ms, the page's longest gap ${Math.round(r.worker.maxGap)} ms (${r.worker.ticks} ticks); the same chunks verified on the page's thread ${Math.round(r.main.ms)} ms, longest gap ${Math.round(r.main.maxGap)} ms`);
+    } finally {
+      await stopProcess(big.child);
+      await rm(bigDir, { recursive: true, force: true });
+    }
+  });
   test('snapshot: the node\'s manifest and every chunk verify in Chromium; a changed byte is named', async () => {
     const d = await (await fetch(`${node.url}/v1/digest`)).json();
     const { version, root } = { version: d.version, root: d.digests[0].root };

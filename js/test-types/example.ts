@@ -16,6 +16,7 @@ import {
   toHex,
   verifyMultiProof,
   verifyProof,
+  verifySnapshotInWorker,
   type Digest,
   type ErrorCode,
   type ProofJson,
@@ -116,4 +117,19 @@ export async function mistakes(client: LetusClient) {
   // @ts-expect-error a claim needs a key
   await verifyMultiProof({ root: 'ab'.repeat(32) }, [{ value: 'aa' }], '00');
   return [v, bad];
+}
+
+/** Verifies a node's snapshot off the page's thread, showing progress. */
+export async function snapshotInWorker(node: string, version: bigint, trustedRoot: string): Promise<number> {
+  const controller = new AbortController();
+  const r = await verifySnapshotInWorker(node, {
+    tid: 0,
+    version,
+    trustedRoot,
+    signal: controller.signal,
+    onProgress: (p) => console.log(`${p.done}/${p.entries} chunks, ${p.pairs} pairs`),
+  });
+  // @ts-expect-error the version is required
+  await verifySnapshotInWorker(node, { trustedRoot });
+  return r.pairs;
 }

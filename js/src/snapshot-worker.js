@@ -1,0 +1,66 @@
+// A module Web Worker that verifies a node's snapshot of one trie at one version (SPEC.md §12) off the page's
+// thread: it fetches the manifest and every chunk, verifies each against the trusted root as it arrives, and posts
+// its progress. Started by `verifySnapshotInWorker` (snapshot.js); not meant to be imported.
+import { SnapshotVerifier, MAX_CHUNK_BYTES } from './snapshot.js';
+
+/** The body of `url` as bytes, refused with `too_large` past `max` bytes (the rest is not read). */
+async function fetchBytes(url, max) {
+  const res = await fetch(url);
+  if (!res.ok) {
+    const text = (await res.text()).slice(0, 500);
+    let code = 'http_error';
+    try {
+      code = JSON.parse(text).error.code || code;
+    } catch {
+      // a plain-text error
+    }
+    throw Object.assign(new Error(text), { code, status: res.status });
+  }
+  const reader = res.body.getReader();
+  const parts = [];
+  let n = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    n += value.length;
+    if (n > max) {
+      await reader.cancel().catch(() => {});
+      throw Object.assign(new Error(`${url}: more than ${max} bytes`), { code: 'too_large' });
+    }
+    parts.push(value);
+  }
+  const out = new Uint8Array(n);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+self.onmessage = async (ev) => {
+  const { node, tid, version, trustedRoot, maxPairs } = ev.data || {};
+  let sv;
+  try {
+    const base = `${node}/v1/tries/${tid}`;
+    const q = maxPairs === undefined ? '' : `&max_pairs=${maxPairs}`;
+    const manifest = await fetchBytes(`${base}/snapshot?version=${version}${q}`, MAX_CHUNK_BYTES);
+    sv = await SnapshotVerifier.fromManifest(manifest, { tid, version: BigInt(version), trustedRoot });
+    const entries = sv.entries;
+    let pairs = 0;
+    let bytes = manifest.length;
+    self.postMessage({ type: 'progress', entries, done: 0, pairs, bytes });
+    for (let i = 0; i < entries; i++) {
+      const e = sv.entry(i);
+      const chunk = await fetchBytes(`${base}/snapshot/chunks/${i}?version=${version}&depth=${e.depth}&prefix=${e.prefix}`, MAX_CHUNK_BYTES);
+      bytes += chunk.length;
+      pairs += sv.verifyChunk(i, chunk).length;
+      self.postMessage({ type: 'progress', entries, done: i + 1, pairs, bytes });
+    }
+    self.postMessage({ type: 'done', entries, pairs, total: String(sv.pairs), bytes });
+  } catch (e) {
+    self.postMessage({ type: 'error', code: (e && e.code) || 'worker_error', status: e && e.status, message: String((e && e.message) || e) });
+  } finally {
+    if (sv) sv.free();
+  }
+};
