@@ -43,12 +43,12 @@ export function bytesEqual(a, b) {
   return true;
 }
 
-/** A u64 from a bigint, a non-negative safe integer or a decimal string; returned as bigint. */
+/** A u64 from a bigint, a non-negative safe integer or a decimal string (no sign, no leading zero); a bigint. */
 export function toU64(x, what = 'version') {
   let v;
   if (typeof x === 'bigint') v = x;
   else if (typeof x === 'number' && Number.isSafeInteger(x)) v = BigInt(x);
-  else if (typeof x === 'string' && /^[0-9]{1,20}$/.test(x)) v = BigInt(x);
+  else if (typeof x === 'string' && /^(?:0|[1-9][0-9]{0,19})$/.test(x)) v = BigInt(x);
   else return fail('malformed', `${what} must be an unsigned 64-bit integer`);
   if (v < 0n || v > U64_MAX) fail('malformed', `${what} is out of the u64 range`);
   return v;

@@ -143,7 +143,7 @@ export class LetusClient {
       throw new LetusNodeError(res.status, code, message);
     }
     try {
-      return parseJson(text);
+      return parseJson(text, { strict: true });
     } catch (e) {
       throw new LetusVerifyError('malformed', 'the node answered with invalid JSON', { cause: e });
     }
@@ -273,6 +273,9 @@ export class LetusClient {
     const q = version === undefined ? '' : `/${toU64(version)}`;
     const a = await this.#request(`/v1/digest${q}`);
     const ds = parsing(() => a.digests.map(digestFromJson));
+    const v = version === undefined ? undefined : toU64(version);
+    check(ds.every((d) => v === undefined || d.version === v), 'a digest of another version');
+    check(new Set(ds.map((d) => d.tid)).size === ds.length, 'two digests of one trie');
     for (const d of ds) this.#observe(d);
     return ds;
   }

@@ -30,7 +30,7 @@ export function digestToJson(d) {
 }
 
 /** Decodes the 86-byte binary form (SPEC.md §7), given as bytes or hex. */
-export function decodeDigest(bytes) {
+export async function decodeDigest(bytes) {
   const b = toBytes(bytes, 'digest');
   return withWasm((w) => {
     const d = w.decodeDigest(b);
@@ -39,7 +39,7 @@ export function decodeDigest(bytes) {
 }
 
 /** Encodes a digest in the 86-byte binary form. */
-export function encodeDigest(digest) {
+export async function encodeDigest(digest) {
   const d = digestFromJson(digest);
   return withWasm((w) => w.encodeDigest(d.tid, d.version, fromHex(d.root), d.history_len, fromHex(d.history_root)));
 }
@@ -90,8 +90,12 @@ const CHECKPOINT = null;
  * `new`, `agreement`, `fork`, `checkpoint_conflict` or `rollback` for each observation.
  */
 export class DigestMonitor {
-  #known = []; // [{digest, origin}] in arrival order; origin is a source name or null (checkpoint)
+  #known = []; // [{digest, origin, seq}] in arrival order; origin is a source name or null (checkpoint)
   #newest = new Map(); // source -> Map(tid -> digest)
+  // The same entries by (tid, version) and by (tid, history_len): a digest can only conflict with, or equal,
+  // digests of its trie at its version or with its history length, so an observation looks at those alone.
+  #byVersion = new Map();
+  #byLen = new Map();
 
   /** Records a digest reported by `source` (a string). */
   observe(source, digest) {
@@ -127,7 +131,10 @@ export class DigestMonitor {
   }
 
   #observe(origin, d) {
-    const C = this.#known.filter((k) => conflicts(k.digest, d));
+    const sameVersion = this.#byVersion.get(`${d.tid}:${d.version}`) || [];
+    const sameLen = this.#byLen.get(`${d.tid}:${d.history_len}`) || [];
+    const near = [...new Set([...sameVersion, ...sameLen])].sort((a, b) => a.seq - b.seq);
+    const C = near.filter((k) => conflicts(k.digest, d));
     let report;
     const cp = C.find((k) => k.origin === CHECKPOINT);
     if (C.length > 0 && (origin === CHECKPOINT || cp)) {
@@ -140,14 +147,20 @@ export class DigestMonitor {
       const p = origin === CHECKPOINT ? undefined : this.newest(origin, d.tid);
       if (p && (d.version < p.version || d.history_len < p.history_len)) {
         report = { code: 'rollback', previous: p };
-      } else if (this.#known.some((k) => digestsEqual(k.digest, d))) {
+      } else if (sameVersion.some((k) => digestsEqual(k.digest, d))) {
         report = { code: 'agreement' };
       } else {
         report = { code: 'new' };
       }
     }
-    if (!this.#known.some((k) => k.origin === origin && digestsEqual(k.digest, d))) {
-      this.#known.push({ digest: d, origin });
+    if (!sameVersion.some((k) => k.origin === origin && digestsEqual(k.digest, d))) {
+      const entry = { digest: d, origin, seq: this.#known.length };
+      this.#known.push(entry);
+      for (const [map, key] of [[this.#byVersion, `${d.tid}:${d.version}`], [this.#byLen, `${d.tid}:${d.history_len}`]]) {
+        const list = map.get(key);
+        if (list) list.push(entry);
+        else map.set(key, [entry]);
+      }
     }
     if (origin !== CHECKPOINT) {
       let m = this.#newest.get(origin);

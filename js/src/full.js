@@ -102,7 +102,7 @@ export class FullVerifier {
    */
   static async verify(stream, trustedRoot, options) {
     const v = new FullVerifier(options);
-    if (stream instanceof Uint8Array || typeof stream === 'string') {
+    if (stream instanceof Uint8Array || typeof stream === 'string' || stream instanceof ArrayBuffer || ArrayBuffer.isView(stream)) {
       await v.feed(stream);
     } else if (stream && typeof stream.getReader === 'function') {
       const reader = stream.getReader();
@@ -112,6 +112,10 @@ export class FullVerifier {
           if (done) break;
           await v.feed(value);
         }
+      } catch (e) {
+        // A failed check ends the download too, rather than leaving the connection open.
+        await reader.cancel(e).catch(() => {});
+        throw e;
       } finally {
         reader.releaseLock();
       }

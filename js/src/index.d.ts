@@ -263,5 +263,8 @@ export class LetusClient {
 
 export function fromHex(hex: string, what?: string): Uint8Array;
 export function toHex(bytes: Uint8Array): string;
-/** JSON.parse keeping integers of 16+ digits exact (as decimal strings). */
-export function parseJson(text: string): any;
+/**
+ * JSON.parse keeping integers of 16+ digits exact (as decimal strings). `strict`: numbers with a sign, fraction or
+ * exponent are kept as their text too (so that toU64-style checks reject them), as LetusClient reads answers.
+ */
+export function parseJson(text: string, options?: { strict?: boolean }): any;

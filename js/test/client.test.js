@@ -149,6 +149,13 @@ describe('LetusClient.getVerified', () => {
     await rejects(client({ [GET]: [200, valueAnswer({ version: 6, digest: digest(6) })] }).getVerified(0, KEY, { version: 5 }), 'answer_mismatch');
     await rejects(client({ [GET]: [200, valueAnswer({ tid: 1, digest: { ...digest(5), tid: 1 } })] }).getVerified(0, KEY, { version: 5 }), 'answer_mismatch');
   });
+  it('rejects integers written with a fraction, an exponent, a sign or leading zeros (malformed, SPEC.md §7)', async () => {
+    const text = JSON.stringify(valueAnswer());
+    for (const [from, to] of [['"history_len":5', '"history_len":5.0'], ['"history_len":5', '"history_len":5e0'], ['"tid":0,"version":5,"root"', '"tid":-0,"version":5,"root"'], ['"history_len":5', '"history_len":0000000000000005']]) {
+      assert.ok(text.includes(from), from);
+      await rejects(client({ [GET]: [200, text.replace(from, to)] }).getVerified(0, KEY, { version: 5 }), 'malformed');
+    }
+  });
   it('rejects a malformed digest (malformed)', async () => {
     await rejects(client({ [GET]: [200, valueAnswer({ digest: digest(5, ROOT, 0) })] }).getVerified(0, KEY, { version: 5 }), 'malformed');
     await rejects(client({ [GET]: [200, valueAnswer({ digest: undefined })] }).getVerified(0, KEY, { version: 5 }), 'malformed');
