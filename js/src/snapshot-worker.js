@@ -50,9 +50,20 @@ self.onmessage = async (ev) => {
     let pairs = 0;
     let bytes = manifest.length;
     self.postMessage({ type: 'progress', entries, done: 0, pairs, bytes });
-    for (let i = 0; i < entries; i++) {
+    // Up to AHEAD chunks are fetched while one is verified (so at most AHEAD + 1 are held, each at most
+    // MAX_CHUNK_BYTES); they are verified, and reported, in order.
+    const AHEAD = 3;
+    const fetchChunk = (i) => {
       const e = sv.entry(i);
-      const chunk = await fetchBytes(`${base}/snapshot/chunks/${i}?version=${version}&depth=${e.depth}&prefix=${e.prefix}`, MAX_CHUNK_BYTES);
+      const p = fetchBytes(`${base}/snapshot/chunks/${i}?version=${version}&depth=${e.depth}&prefix=${e.prefix}`, MAX_CHUNK_BYTES);
+      p.catch(() => {}); // its error is reported when its turn comes
+      return p;
+    };
+    const pending = [];
+    for (let i = 0; i < Math.min(AHEAD, entries); i++) pending.push(fetchChunk(i));
+    for (let i = 0; i < entries; i++) {
+      if (i + AHEAD < entries) pending.push(fetchChunk(i + AHEAD));
+      const chunk = await pending.shift();
       bytes += chunk.length;
       pairs += sv.verifyChunk(i, chunk).length;
       self.postMessage({ type: 'progress', entries, done: i + 1, pairs, bytes });
