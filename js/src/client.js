@@ -54,8 +54,9 @@ async function readCapped(res, max, signal) {
     throw new LetusVerifyError('too_large', `the node's answer is ${declared} bytes; the client reads at most ${max}`);
   }
   if (!res.body || typeof res.body.getReader !== 'function') {
+    // A response without a stream (some fetch implementations): read whole, then measured in bytes.
     const text = await res.text();
-    if (text.length > max) throw new LetusVerifyError('too_large', `the node's answer is above ${max} bytes`);
+    if (new TextEncoder().encode(text).length > max) throw new LetusVerifyError('too_large', `the node's answer is above ${max} bytes`);
     return text;
   }
   const reader = res.body.getReader();
@@ -118,7 +119,10 @@ export class LetusClient {
     let res;
     let text;
     try {
-      res = await this.#fetch(this.#base + path, { ...init, signal: ctrl.signal });
+      // Raced against the deadline too: a fetch that ignores the signal still ends here.
+      const aborted = new Promise((_, reject) => ctrl.signal.addEventListener('abort', () => reject(new Error('aborted'))));
+      aborted.catch(() => {});
+      res = await Promise.race([this.#fetch(this.#base + path, { ...init, signal: ctrl.signal }), aborted]);
       text = await readCapped(res, this.#maxBytes, ctrl.signal);
     } catch (e) {
       if (ctrl.signal.aborted) {
@@ -149,9 +153,9 @@ export class LetusClient {
     }
   }
 
-  #observe(digest) {
+  #observe(digest, past = false) {
     if (!this.#monitor) return;
-    const r = this.#monitor.observe(this.#source, digest);
+    const r = this.#monitor.observe(this.#source, digest, { past });
     if (r.alarm) throw new LetusVerifyError(r.code, `digest monitor reports ${r.code} for ${this.#source}`);
   }
 
@@ -262,7 +266,7 @@ export class LetusClient {
         check(hashHex(inc.root, 'root') === digest.root, 'inclusion root');
         await verifyInclusion(trusted, { tid: t, version, root: digest.root }, parsing(() => fromHex(inc.proof_hex, 'proof_hex')));
       }
-      this.#observe(digest);
+      this.#observe(digest, true);
       out.push({ version, value, digest, trusted: trusted !== undefined });
     }
     return out;

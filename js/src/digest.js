@@ -97,10 +97,14 @@ export class DigestMonitor {
   #byVersion = new Map();
   #byLen = new Map();
 
-  /** Records a digest reported by `source` (a string). */
-  observe(source, digest) {
+  /**
+   * Records a digest reported by `source` (a string). With `{past: true}` the digest is one of the source's past
+   * versions (a history entry's), not a claim about its newest state: it is checked for forks and checkpoint
+   * conflicts like any other, but it cannot be a rollback and does not become the source's newest.
+   */
+  observe(source, digest, { past = false } = {}) {
     if (typeof source !== 'string') throw new TypeError('source must be a string; use addCheckpoint for trusted digests');
-    return this.#observe(source, digestFromJson(digest));
+    return this.#observe(source, digestFromJson(digest), past);
   }
 
   /** Adds a trusted checkpoint. */
@@ -130,7 +134,7 @@ export class DigestMonitor {
     return true;
   }
 
-  #observe(origin, d) {
+  #observe(origin, d, past = false) {
     const sameVersion = this.#byVersion.get(`${d.tid}:${d.version}`) || [];
     const sameLen = this.#byLen.get(`${d.tid}:${d.history_len}`) || [];
     const near = [...new Set([...sameVersion, ...sameLen])].sort((a, b) => a.seq - b.seq);
@@ -144,7 +148,7 @@ export class DigestMonitor {
     } else if (C.length > 0) {
       report = { code: 'fork', conflictsWith: { digest: C[0].digest, source: C[0].origin } };
     } else {
-      const p = origin === CHECKPOINT ? undefined : this.newest(origin, d.tid);
+      const p = origin === CHECKPOINT || past ? undefined : this.newest(origin, d.tid);
       if (p && (d.version < p.version || d.history_len < p.history_len)) {
         report = { code: 'rollback', previous: p };
       } else if (sameVersion.some((k) => digestsEqual(k.digest, d))) {
@@ -162,7 +166,7 @@ export class DigestMonitor {
         else map.set(key, [entry]);
       }
     }
-    if (origin !== CHECKPOINT) {
+    if (origin !== CHECKPOINT && !past) {
       let m = this.#newest.get(origin);
       if (!m) this.#newest.set(origin, (m = new Map()));
       const p = m.get(d.tid);

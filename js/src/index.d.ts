@@ -145,7 +145,8 @@ export interface Report {
 
 /** The digest checker of SPEC.md §7.1. */
 export class DigestMonitor {
-  observe(source: string, digest: DigestLike): Report;
+  /** `past`: a digest of one of the source's past versions (a history entry): no rollback, not its newest. */
+  observe(source: string, digest: DigestLike, options?: { past?: boolean }): Report;
   addCheckpoint(digest: DigestLike): Report;
   newest(source: string, tid: number): Digest | undefined;
   readonly known: { digest: Digest; source: string | null }[];
@@ -221,7 +222,7 @@ export function verifySnapshotInWorker(
     signal?: AbortSignal;
     workerUrl?: string | URL;
   },
-): Promise<{ entries: number; pairs: number; total: string; bytes: number }>;
+): Promise<{ entries: number; pairs: number; total: string; bytes: number; inWorker: boolean }>;
 
 // ------------------------------------------------------------------ node client (letus-node/API.md)
 

@@ -3,19 +3,13 @@
 // its progress. Started by `verifySnapshotInWorker` (snapshot.js); not meant to be imported.
 import { SnapshotVerifier, MAX_CHUNK_BYTES } from './snapshot.js';
 
-/** The body of `url` as bytes, refused with `too_large` past `max` bytes (the rest is not read). */
-async function fetchBytes(url, max) {
-  const res = await fetch(url);
-  if (!res.ok) {
-    const text = (await res.text()).slice(0, 500);
-    let code = 'http_error';
-    try {
-      code = JSON.parse(text).error.code || code;
-    } catch {
-      // a plain-text error
-    }
-    throw Object.assign(new Error(text), { code, status: res.status });
-  }
+/** How long one request may take, body included (a stalled node fails the verification with `timeout`). */
+const REQUEST_MS = 60_000;
+/** The most bytes of an error answer read. */
+const MAX_ERROR_BYTES = 64 * 1024;
+
+/** The body of `res` as bytes, refused with `too_large` past `max` bytes (the rest is not read). */
+async function readCapped(res, max, what) {
   const reader = res.body.getReader();
   const parts = [];
   let n = 0;
@@ -25,7 +19,7 @@ async function fetchBytes(url, max) {
     n += value.length;
     if (n > max) {
       await reader.cancel().catch(() => {});
-      throw Object.assign(new Error(`${url}: more than ${max} bytes`), { code: 'too_large' });
+      throw Object.assign(new Error(`${what}: more than ${max} bytes`), { code: 'too_large' });
     }
     parts.push(value);
   }
@@ -36,6 +30,28 @@ async function fetchBytes(url, max) {
     at += p.length;
   }
   return out;
+}
+
+/** The body of `url` as bytes, at most `max` of them, within REQUEST_MS; a node's error answer becomes its code. */
+async function fetchBytes(url, max) {
+  const signal = AbortSignal.timeout(REQUEST_MS);
+  try {
+    const res = await fetch(url, { signal });
+    if (!res.ok) {
+      const text = new TextDecoder().decode(await readCapped(res, MAX_ERROR_BYTES, url).catch(() => new Uint8Array()));
+      let code = 'http_error';
+      try {
+        code = JSON.parse(text).error.code || code;
+      } catch {
+        // a plain-text error
+      }
+      throw Object.assign(new Error(text.slice(0, 500)), { code, status: res.status });
+    }
+    return await readCapped(res, max, url);
+  } catch (e) {
+    if (signal.aborted) throw Object.assign(new Error(`${url}: no whole answer within ${REQUEST_MS} ms`), { code: 'timeout' });
+    throw e;
+  }
 }
 
 self.onmessage = async (ev) => {
@@ -68,7 +84,9 @@ self.onmessage = async (ev) => {
       pairs += sv.verifyChunk(i, chunk).length;
       self.postMessage({ type: 'progress', entries, done: i + 1, pairs, bytes });
     }
-    self.postMessage({ type: 'done', entries, pairs, total: String(sv.pairs), bytes });
+    // `inWorker`: where this ran (the page's thread was not the one verifying).
+    const inWorker = typeof WorkerGlobalScope === 'function' && self instanceof WorkerGlobalScope;
+    self.postMessage({ type: 'done', entries, pairs, total: String(sv.pairs), bytes, inWorker });
   } catch (e) {
     self.postMessage({ type: 'error', code: (e && e.code) || 'worker_error', status: e && e.status, message: String((e && e.message) || e) });
   } finally {

@@ -75,11 +75,12 @@ export class SnapshotVerifier {
  * the manifest and after each chunk. Resolves to `{entries, pairs, total, bytes}` (`total`: the pairs the manifest
  * promises, a decimal string); rejects with a LetusVerifyError (`root_mismatch`, `too_large`, ...), a
  * LetusNodeError for an error answer of the node, or `aborted` when `signal` aborts (the worker is terminated).
- * Browsers only (needs `Worker` with `type: 'module'`); `workerUrl` overrides where the worker script is.
+ * Browsers only (needs `Worker` with `type: 'module'`); `workerUrl` overrides where the worker script is. An
+ * exception thrown by `onProgress` ends the verification and rejects with it.
  */
-export function verifySnapshotInWorker(node, { tid = 0, version, trustedRoot, maxPairs, onProgress, signal, workerUrl } = {}) {
+export async function verifySnapshotInWorker(node, { tid = 0, version, trustedRoot, maxPairs, onProgress, signal, workerUrl } = {}) {
   if (typeof Worker !== 'function') {
-    return Promise.reject(new LetusVerifyError('unsupported', 'Web Workers are not available here'));
+    throw new LetusVerifyError('unsupported', 'Web Workers are not available here');
   }
   const base = typeof location === 'object' ? new URL(String(node), location.href) : new URL(String(node));
   const msg = {
@@ -89,12 +90,18 @@ export function verifySnapshotInWorker(node, { tid = 0, version, trustedRoot, ma
     trustedRoot: toHex(toHash(trustedRoot, 'trusted root')),
     maxPairs: maxPairs === undefined ? undefined : String(toU64(maxPairs, 'maxPairs')),
   };
+  if (signal && signal.aborted) throw new LetusVerifyError('aborted', 'aborted before it started');
+  let w;
+  try {
+    // The literal form, so that bundlers (Vite, webpack) find the worker and emit it with its imports.
+    w = workerUrl
+      ? new Worker(workerUrl, { type: 'module' })
+      : new Worker(new URL('./snapshot-worker.js', import.meta.url), { type: 'module' });
+  } catch (e) {
+    // A cross-origin script, a Content-Security-Policy without `worker-src` for it, ...
+    throw new LetusVerifyError('worker_error', `the snapshot worker could not start: ${e && e.message}`, { cause: e });
+  }
   return new Promise((resolve, reject) => {
-    if (signal && signal.aborted) {
-      reject(new LetusVerifyError('aborted', 'aborted before it started'));
-      return;
-    }
-    const w = new Worker(workerUrl || new URL('./snapshot-worker.js', import.meta.url), { type: 'module' });
     const end = () => {
       w.terminate();
       if (signal) signal.removeEventListener('abort', onAbort);
@@ -107,10 +114,16 @@ export function verifySnapshotInWorker(node, { tid = 0, version, trustedRoot, ma
     w.onmessage = (ev) => {
       const m = ev.data;
       if (m.type === 'progress') {
-        if (onProgress) onProgress({ entries: m.entries, done: m.done, pairs: m.pairs, bytes: m.bytes });
+        if (!onProgress) return;
+        try {
+          onProgress({ entries: m.entries, done: m.done, pairs: m.pairs, bytes: m.bytes });
+        } catch (e) {
+          end();
+          reject(e);
+        }
       } else if (m.type === 'done') {
         end();
-        resolve({ entries: m.entries, pairs: m.pairs, total: m.total, bytes: m.bytes });
+        resolve({ entries: m.entries, pairs: m.pairs, total: m.total, bytes: m.bytes, inWorker: m.inWorker });
       } else {
         end();
         reject(m.status ? new LetusNodeError(m.status, m.code, m.message) : new LetusVerifyError(m.code, m.message));
@@ -118,7 +131,7 @@ export function verifySnapshotInWorker(node, { tid = 0, version, trustedRoot, ma
     };
     w.onerror = (ev) => {
       end();
-      reject(new LetusVerifyError('worker_error', (ev && ev.message) || 'the snapshot worker failed'));
+      reject(new LetusVerifyError('worker_error', (ev && ev.message) || 'the snapshot worker failed (is src/snapshot-worker.js served next to the module?)'));
     };
     w.postMessage(msg);
   });

@@ -312,3 +312,24 @@ describe('LetusClient.consistency and digests', () => {
     await rejects(client({ '/v1/digest/5': [200, { version: 5, digests: [digest(5)] }] }, { monitor }).digests(5), 'fork');
   });
 });
+
+describe('LetusClient with a monitor over history', () => {
+  it('passes history entries as past digests: no rollback for older versions, forks still caught', async () => {
+    const { digestAt } = await historyFixture();
+    const entry = async (v) => ({ version: v, value: VALUE, proof_hex: inc.proof, digest: await digestAt(v) });
+    const path = `/v1/tries/0/keys/${KEY}/history?proofs=true`;
+    const monitor = new DigestMonitor();
+    const c = client({ [path]: [200, { tid: 0, key: KEY, entries: [await entry(5), await entry(2)] }] }, { monitor });
+    const r = await c.history(0, KEY);
+    assert.deepEqual(r.map((e) => e.version), [5n, 2n]);
+    assert.equal(monitor.known.length, 2);
+    // A past digest that conflicts with a checkpoint is still an alarm.
+    const m2 = new DigestMonitor();
+    m2.addCheckpoint(digest(2, OTHER_ROOT, 2, (await digestAt(2)).history_root));
+    await rejects(client({ [path]: [200, { tid: 0, key: KEY, entries: [await entry(5), await entry(2)] }] }, { monitor: m2 }).history(0, KEY), 'checkpoint_conflict');
+  });
+  it('stops waiting at timeoutMs even when fetch ignores the signal', async () => {
+    const deaf = () => new Promise(() => {});
+    await rejects(new LetusClient('http://node.test', { fetch: deaf, timeoutMs: 50 }).getVerified(0, KEY, { version: 5 }), 'timeout');
+  });
+});
