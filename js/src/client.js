@@ -1,12 +1,13 @@
 import { LetusNodeError, LetusVerifyError, wrapError } from './errors.js';
-
-/** SPEC.md §6: the largest encoded state proof. */
-const MAX_PROOF_BYTES = 4 * 1024 * 1024;
 import { bytesEqual, fromHex, hashHex, toBytes, toHex, toU32, toU64 } from './bytes.js';
 import { parseJson } from './json.js';
 import { proofFromJson } from './proof.js';
 import { verifyMultiProof, verifyProof } from './verify.js';
 import { digestFromJson, verifyConsistency, verifyInclusion } from './digest.js';
+import { readCapped } from './http.js';
+
+/** SPEC.md §6: the largest encoded state proof. */
+const MAX_PROOF_BYTES = 4 * 1024 * 1024;
 
 function mismatch(what) {
   throw new LetusVerifyError('answer_mismatch', `the node's answer does not match the request: ${what}`);
@@ -30,12 +31,6 @@ function optValue(v, what) {
   return v === null || v === undefined ? null : fromHex(v, what);
 }
 
-/**
- * A client of a letus node (letus-node/API.md) that returns only what it verified. Every answer's proof is checked
- * against a trusted root when one is given (else against the answer's own digest: `trusted: false`), and every
- * digest the node returns is passed to `options.monitor` (a DigestMonitor) under the node's URL, an alarm
- * (fork, rollback, checkpoint conflict) being thrown as a LetusVerifyError with the report's code.
- */
 /** The most bytes of one answer a client reads by default (a 4 MiB proof as hex and as JSON fits well within). */
 export const DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024;
 /** How long a client waits for one answer by default, in milliseconds. */
@@ -44,50 +39,11 @@ export const DEFAULT_TIMEOUT_MS = 60_000;
 const MAX_HISTORY_ENTRIES = 1000;
 
 /**
- * The body of `res` as text, read as a stream and refused with `too_large` past `max` bytes (the rest is not
- * read: the stream is cancelled).
+ * A client of a letus node (letus-node/API.md) that returns only what it verified. Every answer's proof is checked
+ * against a trusted root when one is given (else against the answer's own digest: `trusted: false`), and every
+ * digest the node returns is passed to `options.monitor` (a DigestMonitor) under the node's URL, an alarm
+ * (fork, rollback, checkpoint conflict) being thrown as a LetusVerifyError with the report's code.
  */
-async function readCapped(res, max, signal) {
-  const declared = Number(res.headers && res.headers.get ? res.headers.get('content-length') : NaN);
-  if (declared > max) {
-    if (res.body && res.body.cancel) await res.body.cancel().catch(() => {});
-    throw new LetusVerifyError('too_large', `the node's answer is ${declared} bytes; the client reads at most ${max}`);
-  }
-  if (!res.body || typeof res.body.getReader !== 'function') {
-    // A response without a stream (some fetch implementations): read whole, then measured in bytes.
-    const text = await res.text();
-    if (new TextEncoder().encode(text).length > max) throw new LetusVerifyError('too_large', `the node's answer is above ${max} bytes`);
-    return text;
-  }
-  const reader = res.body.getReader();
-  // A fetch that does not tie its body to the signal still stops at the deadline: the read is cancelled.
-  const onAbort = () => reader.cancel().catch(() => {});
-  signal.addEventListener('abort', onAbort);
-  const parts = [];
-  let n = 0;
-  for (;;) {
-    const { done, value } = await reader.read().finally(() => {
-      if (signal.aborted) signal.removeEventListener('abort', onAbort);
-    });
-    if (signal.aborted) throw new Error('aborted');
-    if (done) break;
-    n += value.length;
-    if (n > max) {
-      await reader.cancel().catch(() => {});
-      throw new LetusVerifyError('too_large', `the node's answer is above ${max} bytes`);
-    }
-    parts.push(value);
-  }
-  signal.removeEventListener('abort', onAbort);
-  const all = new Uint8Array(n);
-  let at = 0;
-  for (const p of parts) {
-    all.set(p, at);
-    at += p.length;
-  }
-  return new TextDecoder().decode(all);
-}
-
 export class LetusClient {
   #base;
   #fetch;
@@ -123,7 +79,7 @@ export class LetusClient {
       const aborted = new Promise((_, reject) => ctrl.signal.addEventListener('abort', () => reject(new Error('aborted'))));
       aborted.catch(() => {});
       res = await Promise.race([this.#fetch(this.#base + path, { ...init, signal: ctrl.signal }), aborted]);
-      text = await readCapped(res, this.#maxBytes, ctrl.signal);
+      text = new TextDecoder().decode(await readCapped(res, this.#maxBytes, ctrl.signal));
     } catch (e) {
       if (ctrl.signal.aborted) {
         throw new LetusVerifyError('timeout', `no whole answer from ${this.#base} within ${this.#timeoutMs} ms`, { cause: e });

@@ -2,35 +2,12 @@
 // thread: it fetches the manifest and every chunk, verifies each against the trusted root as it arrives, and posts
 // its progress. Started by `verifySnapshotInWorker` (snapshot.js); not meant to be imported.
 import { SnapshotVerifier, MAX_CHUNK_BYTES } from './snapshot.js';
+import { readCapped } from './http.js';
 
 /** How long one request may take, body included (a stalled node fails the verification with `timeout`). */
 const REQUEST_MS = 60_000;
 /** The most bytes of an error answer read. */
 const MAX_ERROR_BYTES = 64 * 1024;
-
-/** The body of `res` as bytes, refused with `too_large` past `max` bytes (the rest is not read). */
-async function readCapped(res, max, what) {
-  const reader = res.body.getReader();
-  const parts = [];
-  let n = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    n += value.length;
-    if (n > max) {
-      await reader.cancel().catch(() => {});
-      throw Object.assign(new Error(`${what}: more than ${max} bytes`), { code: 'too_large' });
-    }
-    parts.push(value);
-  }
-  const out = new Uint8Array(n);
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
-  }
-  return out;
-}
 
 /** The body of `url` as bytes, at most `max` of them, within REQUEST_MS; a node's error answer becomes its code. */
 async function fetchBytes(url, max) {
@@ -38,7 +15,7 @@ async function fetchBytes(url, max) {
   try {
     const res = await fetch(url, { signal });
     if (!res.ok) {
-      const text = new TextDecoder().decode(await readCapped(res, MAX_ERROR_BYTES, url).catch(() => new Uint8Array()));
+      const text = new TextDecoder().decode(await readCapped(res, MAX_ERROR_BYTES, signal).catch(() => new Uint8Array()));
       let code = 'http_error';
       try {
         code = JSON.parse(text).error.code || code;
@@ -47,7 +24,7 @@ async function fetchBytes(url, max) {
       }
       throw Object.assign(new Error(text.slice(0, 500)), { code, status: res.status });
     }
-    return await readCapped(res, max, url);
+    return await readCapped(res, max, signal);
   } catch (e) {
     if (signal.aborted) throw Object.assign(new Error(`${url}: no whole answer within ${REQUEST_MS} ms`), { code: 'timeout' });
     throw e;

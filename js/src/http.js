@@ -1,0 +1,49 @@
+// Reading an HTTP answer with a bound on its bytes and a deadline, for the client and the snapshot worker.
+import { LetusVerifyError } from './errors.js';
+
+/**
+ * The body of `res` as bytes, read as a stream and refused with `too_large` past `max` bytes (the rest is not
+ * read: the stream is cancelled). When `signal` aborts, the read is cancelled too (a fetch that does not tie its
+ * body to the signal still stops) and this rejects; the caller tells a deadline from other failures by
+ * `signal.aborted`.
+ */
+export async function readCapped(res, max, signal) {
+  const declared = Number(res.headers && res.headers.get ? res.headers.get('content-length') : NaN);
+  if (declared > max) {
+    if (res.body && res.body.cancel) await res.body.cancel().catch(() => {});
+    throw new LetusVerifyError('too_large', `an answer of ${declared} bytes; at most ${max} are read`);
+  }
+  if (!res.body || typeof res.body.getReader !== 'function') {
+    // A response without a stream (some fetch implementations): read whole, then measured.
+    const b = new Uint8Array(await res.arrayBuffer());
+    if (b.length > max) throw new LetusVerifyError('too_large', `an answer above ${max} bytes`);
+    return b;
+  }
+  const reader = res.body.getReader();
+  const onAbort = () => reader.cancel().catch(() => {});
+  if (signal) signal.addEventListener('abort', onAbort);
+  try {
+    const parts = [];
+    let n = 0;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (signal && signal.aborted) throw new Error('aborted');
+      if (done) break;
+      n += value.length;
+      if (n > max) {
+        await reader.cancel().catch(() => {});
+        throw new LetusVerifyError('too_large', `an answer above ${max} bytes`);
+      }
+      parts.push(value);
+    }
+    const all = new Uint8Array(n);
+    let at = 0;
+    for (const p of parts) {
+      all.set(p, at);
+      at += p.length;
+    }
+    return all;
+  } finally {
+    if (signal) signal.removeEventListener('abort', onAbort);
+  }
+}
