@@ -1,5 +1,6 @@
 // Reading an HTTP answer with a bound on its bytes and a deadline, for the client and the snapshot worker.
 import { LetusVerifyError } from './errors.js';
+import { concat } from './bytes.js';
 
 /**
  * The body of `res` as bytes, read as a stream and refused with `too_large` past `max` bytes (the rest is not
@@ -36,13 +37,7 @@ export async function readCapped(res, max, signal) {
       }
       parts.push(value);
     }
-    const all = new Uint8Array(n);
-    let at = 0;
-    for (const p of parts) {
-      all.set(p, at);
-      at += p.length;
-    }
-    return all;
+    return concat(parts);
   } finally {
     if (signal) signal.removeEventListener('abort', onAbort);
   }
