@@ -37,6 +37,16 @@ export const DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024;
 export const DEFAULT_TIMEOUT_MS = 60_000;
 /** The most history entries one answer holds (letus-node/API.md). */
 const MAX_HISTORY_ENTRIES = 1000;
+/**
+ * The longest key named in a URL; longer ones go in a request body (the node reads keys up to 32,758 bytes in a
+ * URL, letus-node/API.md; this leaves room for the rest of it and for proxies).
+ */
+const MAX_URL_KEY_BYTES = 8192;
+
+/** A POST of `body`, JSON text (versions written as integers, which JSON.stringify cannot do for a bigint). */
+function postJson(body) {
+  return { method: 'POST', headers: { 'content-type': 'application/json' }, body };
+}
 
 /**
  * A client of a letus node (letus-node/API.md) that returns only what it verified. Every answer's proof is checked
@@ -137,8 +147,10 @@ export class LetusClient {
     const t = toU32(tid);
     const k = toBytes(key, 'key');
     const v = version === undefined ? undefined : toU64(version);
-    const q = v === undefined ? '' : `?version=${v}`;
-    const a = await this.#request(`/v1/tries/${t}/keys/${toHex(k)}${q}`);
+    // A key too long for a URL goes in a body (`POST /v1/tries/{tid}/value`, the same answer).
+    const a = k.length > MAX_URL_KEY_BYTES
+      ? await this.#request(`/v1/tries/${t}/value`, postJson(`{"key":"${toHex(k)}"${v === undefined ? '' : `,"version":${v}`}}`))
+      : await this.#request(`/v1/tries/${t}/keys/${toHex(k)}${v === undefined ? '' : `?version=${v}`}`);
     const { digest, value } = parsing(() => ({ digest: digestFromJson(a.digest), value: optValue(a.value, 'value') }));
     check(toU32(a.tid) === t && digest.tid === t, 'tid');
     check(typeof a.key === 'string' && a.key.toLowerCase() === toHex(k), 'key');
@@ -193,8 +205,10 @@ export class LetusClient {
   async history(tid, key, { limit, trustedDigest } = {}) {
     const t = toU32(tid);
     const k = toBytes(key, 'key');
-    const lim = limit === undefined ? '' : `&limit=${toU64(limit, 'limit')}`;
-    const a = await this.#request(`/v1/tries/${t}/keys/${toHex(k)}/history?proofs=true${lim}`);
+    const lim = limit === undefined ? undefined : toU64(limit, 'limit');
+    const a = k.length > MAX_URL_KEY_BYTES
+      ? await this.#request(`/v1/tries/${t}/history`, postJson(`{"key":"${toHex(k)}","proofs":true${lim === undefined ? '' : `,"limit":${lim}`}}`))
+      : await this.#request(`/v1/tries/${t}/keys/${toHex(k)}/history?proofs=true${lim === undefined ? '' : `&limit=${lim}`}`);
     check(toU32(a.tid) === t, 'tid');
     check(typeof a.key === 'string' && a.key.toLowerCase() === toHex(k), 'key');
     const trusted = trustedDigest === undefined ? undefined : digestFromJson(trustedDigest);
@@ -202,7 +216,7 @@ export class LetusClient {
     const out = [];
     let prev;
     const entries = parsing(() => [...a.entries]);
-    const most = limit === undefined ? MAX_HISTORY_ENTRIES : Math.min(Number(toU64(limit, 'limit')), MAX_HISTORY_ENTRIES);
+    const most = lim === undefined ? MAX_HISTORY_ENTRIES : Math.min(Number(lim), MAX_HISTORY_ENTRIES);
     check(entries.length <= most, `${entries.length} history entries; at most ${most} were asked for`);
     for (const e of entries) {
       const { digest, value, version } = parsing(() => ({

@@ -333,3 +333,22 @@ describe('LetusClient with a monitor over history', () => {
     await rejects(new LetusClient('http://node.test', { fetch: deaf, timeoutMs: 50 }).getVerified(0, KEY, { version: 5 }), 'timeout');
   });
 });
+
+describe('LetusClient with keys too long for a URL', () => {
+  it('reads them with POST /value and POST /history, the key in the body', async () => {
+    const big = 'ab'.repeat(40_000);
+    const fetch = fakeFetch({
+      '/v1/tries/0/value': [200, valueAnswer({ key: big })],
+      '/v1/tries/0/history': [200, { tid: 0, key: big, entries: [] }],
+    });
+    const c = new LetusClient('http://node.test', { fetch });
+    // The proof is for another key, so it fails; what matters here is how the key was sent.
+    await assert.rejects(c.getVerified(0, big, { version: 5 }), (e) => e instanceof LetusVerifyError);
+    assert.equal(fetch.calls[0].init.method, 'POST');
+    assert.deepEqual(JSON.parse(fetch.calls[0].init.body), { key: big, version: 5 });
+    assert.deepEqual(await c.history(0, big, { limit: 3 }), []);
+    assert.deepEqual(JSON.parse(fetch.calls[1].init.body), { key: big, proofs: true, limit: 3 });
+    // A short key stays in the URL.
+    await client({ [GET]: [200, valueAnswer()] }).getVerified(0, KEY, { version: 5 });
+  });
+});
