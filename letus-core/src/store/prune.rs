@@ -533,9 +533,7 @@ impl Reader {
 
     /// [`Store::vlog_gc_running`] from a reader handle.
     pub fn vlog_gc_running(&self) -> bool {
-        self.shared
-            .gc_running
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.shared.vlog_gc_running()
     }
 
     /// The oldest version whose state the store holds after pruning (`None`: never pruned).
@@ -577,13 +575,15 @@ impl Store {
 
     /// Whether a value-log GC pass is running now (the background pruner's, or one asked for).
     pub fn vlog_gc_running(&self) -> bool {
-        self.shared
-            .gc_running
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.shared.vlog_gc_running()
     }
 }
 
 impl Shared {
+    fn vlog_gc_running(&self) -> bool {
+        self.gc_running.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn prune_status(&self) -> Option<PruneStatus> {
         self.prune_status
             .lock()
