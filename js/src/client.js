@@ -4,7 +4,7 @@ import { parseJson } from './json.js';
 import { proofFromJson } from './proof.js';
 import { verifyMultiProof, verifyProof } from './verify.js';
 import { digestFromJson, verifyConsistency, verifyInclusion } from './digest.js';
-import { readCapped } from './http.js';
+import { errorOf, readCapped } from './http.js';
 
 /** SPEC.md §6: the largest encoded state proof. */
 const MAX_PROOF_BYTES = 4 * 1024 * 1024;
@@ -99,17 +99,7 @@ export class LetusClient {
       clearTimeout(timer);
     }
     if (!res.ok) {
-      let code = 'http_error';
-      let message = text;
-      try {
-        const body = JSON.parse(text);
-        if (body && body.error && typeof body.error.code === 'string') {
-          code = body.error.code;
-          message = String(body.error.message);
-        }
-      } catch {
-        // a plain-text error
-      }
+      const { code, message } = errorOf(text);
       throw new LetusNodeError(res.status, code, message);
     }
     try {

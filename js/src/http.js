@@ -42,3 +42,19 @@ export async function readCapped(res, max, signal) {
     if (signal) signal.removeEventListener('abort', onAbort);
   }
 }
+
+/**
+ * What a node's error answer says: `{code, message}` from its JSON body `{"error": {"code", "message"}}`, or
+ * `http_error` and the text itself when the body is not that (a proxy's plain-text error).
+ */
+export function errorOf(text) {
+  try {
+    const body = JSON.parse(text);
+    if (body && body.error && typeof body.error.code === 'string') {
+      return { code: body.error.code, message: String(body.error.message) };
+    }
+  } catch {
+    // a plain-text error
+  }
+  return { code: 'http_error', message: text };
+}

@@ -2,7 +2,7 @@
 // thread: it fetches the manifest and every chunk, verifies each against the trusted root as it arrives, and posts
 // its progress. Started by `verifySnapshotInWorker` (snapshot.js); not meant to be imported.
 import { SnapshotVerifier, MAX_CHUNK_BYTES } from './snapshot.js';
-import { readCapped } from './http.js';
+import { errorOf, readCapped } from './http.js';
 
 /** How long one request may take, body included (a stalled node fails the verification with `timeout`). */
 const REQUEST_MS = 60_000;
@@ -16,13 +16,8 @@ async function fetchBytes(url, max) {
     const res = await fetch(url, { signal });
     if (!res.ok) {
       const text = new TextDecoder().decode(await readCapped(res, MAX_ERROR_BYTES, signal).catch(() => new Uint8Array()));
-      let code = 'http_error';
-      try {
-        code = JSON.parse(text).error.code || code;
-      } catch {
-        // a plain-text error
-      }
-      throw Object.assign(new Error(text.slice(0, 500)), { code, status: res.status });
+      const { code, message } = errorOf(text);
+      throw Object.assign(new Error(message.slice(0, 500)), { code, status: res.status });
     }
     return await readCapped(res, max, signal);
   } catch (e) {

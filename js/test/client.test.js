@@ -352,3 +352,13 @@ describe('LetusClient with keys too long for a URL', () => {
     await client({ [GET]: [200, valueAnswer()] }).getVerified(0, KEY, { version: 5 });
   });
 });
+
+describe('errorOf (the error answers the client and the snapshot worker read)', () => {
+  it('takes the code and message of a node error, and the text itself of anything else', async () => {
+    const { errorOf } = await import('../src/http.js');
+    assert.deepEqual(errorOf('{"error":{"code":"pruned","message":"version 3 is pruned"}}'), { code: 'pruned', message: 'version 3 is pruned' });
+    assert.deepEqual(errorOf('Bad Gateway'), { code: 'http_error', message: 'Bad Gateway' });
+    assert.deepEqual(errorOf('{"error":{"code":5}}'), { code: 'http_error', message: '{"error":{"code":5}}' });
+    assert.deepEqual(errorOf('null'), { code: 'http_error', message: 'null' });
+  });
+});
