@@ -72,8 +72,9 @@ export class SnapshotVerifier {
  * Verifies the snapshot of trie `tid` at `version` that the node at `node` serves (`GET /v1/tries/{tid}/snapshot`
  * and its chunks) in a module Web Worker, so that the page stays responsive: the manifest against `trustedRoot`,
  * then every chunk as it arrives. `onProgress({entries, done, pairs, bytes})` is called on the page's thread after
- * the manifest and after each chunk. Resolves to `{entries, pairs, total, bytes}` (`total`: the pairs the manifest
- * promises, a decimal string); rejects with a LetusVerifyError (`root_mismatch`, `too_large`, ...), a
+ * the manifest and after each chunk. Resolves to `{entries, pairs, total, bytes, inWorker}` (`total`: the pairs the
+ * manifest promises, a decimal string; `inWorker`: true when the worker's global scope did the verifying, not the
+ * page's thread); rejects with a LetusVerifyError (`root_mismatch`, `too_large`, ...), a
  * LetusNodeError for an error answer of the node, or `aborted` when `signal` aborts (the worker is terminated).
  * Browsers only (needs `Worker` with `type: 'module'`); `workerUrl` overrides where the worker script is. An
  * exception thrown by `onProgress` ends the verification and rejects with it.
