@@ -250,7 +250,9 @@ fn verify_latest(dir: &std::path::Path, digest: &Value) {
 /// restart each acknowledged version's digest is the one its write returned, the state reads from the boundary
 /// on, and below it answers `pruned`; at the end `letus verify` recomputes the latest root from every stored page
 /// and value. The test prints how many kills left a staged base file or an unfinished value-log compaction
-/// behind. `LETUS_PRUNE_KILLS` sets the number of kills (default 12).
+/// behind. Every restart also reads back each block the block store still holds (at least the newest 5), with its
+/// segments sealed by block count in odd rounds and by bytes too in even ones. `LETUS_PRUNE_KILLS` sets the number
+/// of kills (default 12).
 #[test]
 fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
     let kills: u64 = std::env::var("LETUS_PRUNE_KILLS")
@@ -267,18 +269,24 @@ fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
         "0",
         "--max-traceable-blocks",
         "5",
-        "--block-segment-bytes",
-        "512",
         // A value-log file every few blocks: value-log GC has sealed files to account, empty and delete.
         "--vdls-file-bytes",
         "4096",
     ];
+    // Block-store segments are sealed every max(5 / 4, 4) = 4 blocks; in even rounds also every 512 bytes (about
+    // every block), so that kills land in both kinds of sealing and a restart finds segments sealed by the other.
+    let by_bytes = ["--block-segment-bytes", "512"];
     let mut rng = letus_workload::Rng::new(99);
     let mut digests: Vec<Value> = Vec::new();
     let mut pruned_seen = false;
+    let mut tail_cut_seen = false;
     let (mut kills_in_prune, mut staged_left, mut compaction_left) = (0u64, 0u64, 0u64);
     for round in 0..=kills {
-        let (mut node, url) = common::serve_with(dir.path(), TOKEN, &flags);
+        let round_flags: Vec<&str> = match round % 2 {
+            0 => flags.iter().chain(&by_bytes).copied().collect(),
+            _ => flags.to_vec(),
+        };
+        let (mut node, url) = common::serve_with(dir.path(), TOKEN, &round_flags);
         let acked = digests.len() as u64;
         // Everything acknowledged is there, with the digest its write returned.
         let (s, d) = get(&url, "/v1/digest");
@@ -306,6 +314,23 @@ fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
                     &format!("/v1/tries/0/keys/{}?version={v}", key(v % 300)),
                 );
                 assert_eq!(s, 200, "round {round}: read at {v}: {r}");
+            }
+            // The block store keeps at least the newest 5 blocks, and every block from its oldest on.
+            let (s, b1) = get(&url, "/v1/blocks/1");
+            let first = match s {
+                200 => 1,
+                410 => b1["error"]["oldest"].as_u64().unwrap(),
+                other => panic!("round {round}: block 1: {other} {b1}"),
+            };
+            assert!(
+                first <= acked.saturating_sub(4).max(1),
+                "round {round}: oldest block {first} of {acked}"
+            );
+            tail_cut_seen |= first > 1;
+            for v in first..=acked {
+                let (s, r) = get(&url, &format!("/v1/blocks/{v}"));
+                assert_eq!(s, 200, "round {round}: block {v}: {r}");
+                assert_eq!(r["block"], hex(format!("block {v}").as_bytes()));
             }
         }
         if round == kills {
@@ -355,6 +380,7 @@ fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
          staged, {compaction_left} a value-log compaction unfinished"
     );
     assert!(pruned_seen, "the node never pruned");
+    assert!(tail_cut_seen, "the block store never cut its tail");
     assert!(
         kills_in_prune > 0 || kills < 2,
         "no kill landed while a prune was running"
