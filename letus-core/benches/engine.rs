@@ -359,8 +359,8 @@ fn main() {
         let split = small.memory_split();
         let store = Store::open(dir.path(), small).expect("reopen");
         let t = Instant::now();
-        // The index fills itself after the open (a background walk of the state); with it off, every key is
-        // read once instead, as a cache warm-up.
+        // The index fills itself after the open (a background walk of the state); with it off, random gets warm
+        // the caches instead.
         if latest > 0 {
             let mut seen = (0, Instant::now());
             while store.metrics().latest_index_filled < keys {
@@ -375,8 +375,8 @@ fn main() {
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
         } else {
-            // As `bench/` warms a cache of a fraction f of the store: max(20,000, 2 f keys) uniform random gets
-            // (f = 1% here; reading every key once took 25 minutes at 10M keys).
+            // A fixed 2% of the keys (at least 20,000), uniform: what `bench/` uses to warm a cache of 1% of the
+            // store (max(20,000, 2 f keys) for a fraction f). Reading every key once took 25 minutes at 10M keys.
             for _ in 0..(keys / 50).max(20_000) {
                 store.get(0, v, &key(rng.below(keys))).expect("get");
             }

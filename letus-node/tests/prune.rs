@@ -251,7 +251,8 @@ fn verify_latest(dir: &std::path::Path, digest: &Value) {
 /// on, and below it answers `pruned`; at the end `letus verify` recomputes the latest root from every stored page
 /// and value. The test prints how many kills left a staged base file or an unfinished value-log compaction
 /// behind. Every restart also reads back each block the block store still holds (at least the newest 5), with its
-/// segments sealed by block count in odd rounds and by bytes too in even ones. `LETUS_PRUNE_KILLS` sets the number
+/// segments sealed by block count in odd rounds and by bytes too in even ones, and checks the tail is cut as the
+/// chain grows. `LETUS_PRUNE_KILLS` sets the number
 /// of kills (default 12).
 #[test]
 fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
@@ -273,9 +274,10 @@ fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
         "--vdls-file-bytes",
         "4096",
     ];
-    // Block-store segments are sealed every max(5 / 4, 4) = 4 blocks; in even rounds also every 512 bytes (about
-    // every block), so that kills land in both kinds of sealing and a restart finds segments sealed by the other.
-    let by_bytes = ["--block-segment-bytes", "512"];
+    // Block-store segments are sealed every max(5 / 4, 4) = 4 blocks; in even rounds also every 100 bytes (a
+    // stored block here is about 57 bytes, so every 2 blocks), so that kills land in both kinds of sealing and a
+    // restart finds segments sealed by the other.
+    let by_bytes = ["--block-segment-bytes", "100"];
     let mut rng = letus_workload::Rng::new(99);
     let mut digests: Vec<Value> = Vec::new();
     let mut pruned_seen = false;
@@ -324,6 +326,11 @@ fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
             };
             assert!(
                 first <= acked.saturating_sub(4).max(1),
+                "round {round}: oldest block {first} of {acked}"
+            );
+            // And the cutting goes on: nothing older than the newest 5 plus one segment of at most 4 blocks.
+            assert!(
+                acked - first < 8,
                 "round {round}: oldest block {first} of {acked}"
             );
             tail_cut_seen |= first > 1;
