@@ -999,3 +999,41 @@ fn readers_never_fail_while_value_log_files_are_compacted_under_them() {
     assert_eq!(m.vlog_gc_errors, 0, "{m:?}");
     compare(&a, &p, 300);
 }
+
+/// Commits with no writes still write a commit group: a value-log file that holds the groups of empty commits
+/// after its last records must not be compacted or deleted while a recovery would replay those groups (the GC's
+/// live version used to stay at the last commit with records, so the file looked wholly below the boundary).
+#[test]
+fn empty_commits_keep_their_file_until_no_recovery_replays_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Store::open(dir.path(), gc_opts(local())).unwrap();
+    let seed = 23;
+    for v in 1..=60 {
+        commit(&mut p, seed, v).unwrap();
+    }
+    // The flushed version is 60, its group the last one with records in the active file; the GC's live records
+    // are known from here on (a pass walks the state once).
+    p.flush().unwrap();
+    p.vlog_gc().unwrap();
+    let files = vdls_ids(dir.path()).len();
+    let mut v = 60;
+    // Empty commits until the active file is sealed, and a few more in the next one.
+    while vdls_ids(dir.path()).len() == files || v < 60 + 5 {
+        v += 1;
+        p.commit(v).unwrap();
+        assert!(v < 100_000, "the value log never rotated");
+    }
+    for _ in 0..5 {
+        v += 1;
+        p.commit(v).unwrap();
+    }
+    let digest = p.digest(0, v).unwrap();
+    // The boundary can only reach the flushed version (60); every sealed file with garbage is a victim.
+    assert_eq!(p.prune(1).unwrap().map(|r| r.boundary), Some(60));
+    assert!(p.vlog_gc_all().unwrap().victims_chosen > 0);
+    p.vlog_gc().unwrap();
+    drop(p);
+    let p = Store::open(dir.path(), gc_opts(local())).expect("reopen after GC");
+    assert_eq!(p.digest(0, v).unwrap(), digest);
+    assert_eq!(p.latest_version(), Some(v));
+}

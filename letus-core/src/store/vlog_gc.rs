@@ -500,12 +500,20 @@ impl Shared {
                 self.raise_boundary(&held, keep)?;
             }
         }
-        let boundary = self.engine().pruned_below;
+        let (boundary, replay_file) = {
+            let e = self.engine();
+            let replay_file = e.files.last().map(|f| f.meta().replay_from.0);
+            (e.pruned_below, replay_file)
+        };
         let due: BTreeSet<u32> = {
             let st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
             st.retired
                 .iter()
-                .filter(|(_, v)| boundary.is_some_and(|b| b >= **v))
+                // Also wholly before the data file where a recovery would start replaying: a replay start at the
+                // very end of a retired file (the flushed version's group was its last) names that file.
+                .filter(|(id, v)| {
+                    boundary.is_some_and(|b| b >= **v) && replay_file.is_some_and(|r| **id < r)
+                })
                 .map(|(id, _)| *id)
                 .collect()
         };
@@ -540,7 +548,6 @@ impl Shared {
         Counters::add(&counters.vlog_gc_passes, 1);
 
         // 3. Retire the sealed files with nothing live; choose the victims.
-        let replay_file = self.engine().files.last().map(|f| f.meta().replay_from.0);
         self.retire_and_choose(pass, boundary, replay_file, &mut report);
 
         // 4. Compact the victims: with their bits once the boundary has passed the version those stand at, with
@@ -678,10 +685,11 @@ impl Shared {
     /// the records the commit made live or replaced: the live records advance to `version`, and a sealed file
     /// (below `active`) they bring to zero is retired at it. If they ever disagree with a change (a record replaced
     /// that was not live: a bug), they are dropped, with the victims, and the next pass walks again.
+    ///
+    /// A commit with an empty delta (no record made live or replaced) advances the live version too: its commit
+    /// group is in the active file all the same, and a file retired or chosen at a version below one of its
+    /// groups could be compacted or deleted while a recovery still has to replay that group.
     pub(super) fn gc_committed(&self, version: Version, active: u32, delta: LiveDelta) {
-        if delta.is_empty() {
-            return;
-        }
         let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
         let GcState {
             live,
