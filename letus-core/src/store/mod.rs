@@ -277,6 +277,22 @@ impl Store {
         // Of a pruned store: its base files, then the files after the newest one. Anything else numbered up to the
         // newest base file is what a prune replaced (its removal may not have happened before a crash).
         let bases: Vec<(u64, u32)> = pruned.as_ref().map_or(Vec::new(), |m| m.bases.clone());
+        // Every base file the manifest names must be here before anything it replaced is removed: without one,
+        // the files it replaced hold the only copy of its pages.
+        if let Some(&(b, g)) = bases.iter().find(|&&(b, g)| {
+            !numbered
+                .iter()
+                .any(|(no, generation, _)| (*no, *generation) == (b, g))
+        }) {
+            return Err(Error::corrupt(
+                &lsvps_dir,
+                0,
+                format!(
+                    "the base file {} that the prune manifest names is missing",
+                    crate::lsvps::index_file_name(b, g)
+                ),
+            ));
+        }
         if let Some(&(last, _)) = bases.last() {
             let mut replaced = Vec::new();
             numbered.retain(|(no, generation, path)| {
@@ -574,6 +590,7 @@ impl Store {
                 gc: std::sync::Mutex::default(),
                 prune_status: std::sync::Mutex::default(),
                 gc_running: std::sync::atomic::AtomicBool::new(false),
+                prune_unfinished: std::sync::atomic::AtomicBool::new(false),
             }),
             vdls,
             staged: BTreeMap::new(),

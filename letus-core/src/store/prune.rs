@@ -193,6 +193,13 @@ impl Shared {
         _maintenance: &std::sync::MutexGuard<'_, ()>,
         keep: u64,
     ) -> Result<bool> {
+        // A manifest written now would not name the base file of a prune that failed past its commit point.
+        if self
+            .prune_unfinished
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Err(Error::Poisoned);
+        }
         let (manifest, dir, fs) = {
             let e = self.engine();
             let (Some(target), Some(current), Some(base_boundary)) =
@@ -312,6 +319,12 @@ impl Shared {
         let fin = lsvps.join(crate::lsvps::index_file_name(no, base_generation));
         let staged = lsvps.join(staged_name(no, base_generation));
         let tmp = lsvps.join(format!("{}.tmp", staged_name(no, base_generation)));
+        if self
+            .prune_unfinished
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Err(Error::Poisoned);
+        }
         let fs = block_cache.shared_storage();
         for stale in [&tmp, &staged] {
             if fs.kind(stale).map_err(|e| Error::io(stale, e))?.is_some() {
@@ -331,33 +344,35 @@ impl Shared {
         };
         fsutil::rename(&*fs, &tmp, &staged)?;
         sync_dir(&*fs, &lsvps)?;
-        // The commit point: from here an open finishes the prune.
-        prune_manifest::write(
-            &*fs,
-            &dir,
-            &PruneManifest {
-                // GC may have raised the boundary above this prune's (`maintenance` keeps it from moving now).
-                boundary: boundary.max(read_boundary.unwrap_or(0)),
-                base_boundary: boundary,
-                bases: old_bases
-                    .into_iter()
-                    .chain([(no, base_generation)])
-                    .collect(),
-            },
-        )?;
-        fsutil::rename(&*fs, &staged, &fin)?;
-        sync_dir(&*fs, &lsvps)?;
-        let base = Arc::new(IndexFile::open(
-            &fin,
-            crate::lsvps::cache_id(no, base_generation),
-            counters.clone(),
-            block_cache,
-        )?);
-        if base.meta().max_version != meta.max_version {
-            return Err(Error::corrupt(&fin, 0, "the base file's versions differ"));
-        }
-        let base_bytes = base.size();
-        {
+        // From the manifest's write on, a failure before the swap may leave the manifest naming a file this
+        // process does not use: no prune runs again until an open has finished this one (`prune_unfinished`).
+        let swapped = (|| {
+            // The commit point: from here an open finishes the prune.
+            prune_manifest::write(
+                &*fs,
+                &dir,
+                &PruneManifest {
+                    // GC may have raised the boundary above this prune's (`maintenance` keeps it from moving now).
+                    boundary: boundary.max(read_boundary.unwrap_or(0)),
+                    base_boundary: boundary,
+                    bases: old_bases
+                        .into_iter()
+                        .chain([(no, base_generation)])
+                        .collect(),
+                },
+            )?;
+            fsutil::rename(&*fs, &staged, &fin)?;
+            sync_dir(&*fs, &lsvps)?;
+            let base = Arc::new(IndexFile::open(
+                &fin,
+                crate::lsvps::cache_id(no, base_generation),
+                counters.clone(),
+                block_cache,
+            )?);
+            if base.meta().max_version != meta.max_version {
+                return Err(Error::corrupt(&fin, 0, "the base file's versions differ"));
+            }
+            let base_bytes = base.size();
             let mut e = self.engine_write()?;
             // Flushes only append files, and consolidations and prunes hold `maintenance`.
             let same = e.files.len() >= current.len()
@@ -373,7 +388,12 @@ impl Shared {
             e.base_files = from + 1;
             e.base_boundary = Some(boundary);
             e.pruned_below = Some(boundary.max(e.pruned_below.unwrap_or(0)));
-        }
+            Ok(base_bytes)
+        })();
+        let base_bytes = swapped.inspect_err(|_| {
+            self.prune_unfinished
+                .store(true, std::sync::atomic::Ordering::Release);
+        })?;
         let mut bytes_removed = 0;
         for f in replaced {
             f.evict_from_cache();

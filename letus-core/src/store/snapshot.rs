@@ -21,6 +21,10 @@ pub(super) struct Shared {
     pub(super) prune_status: std::sync::Mutex<Option<(Instant, bool, prune::PruneProgress)>>,
     /// Set while a value-log GC pass runs.
     pub(super) gc_running: std::sync::atomic::AtomicBool,
+    /// Set when a prune failed after its manifest was written (its commit point): the manifest names a base file
+    /// that this process has not swapped in, and another prune would write that same file again while the
+    /// manifest names it. Only an open finishes it, so prunes answer [`crate::Error::Poisoned`] until then.
+    pub(super) prune_unfinished: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
