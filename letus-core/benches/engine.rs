@@ -96,7 +96,7 @@ struct Args {
     /// Accounts loaded.
     #[arg(long, default_value_t = 1_000_000)]
     keys: u64,
-    /// Update commits after the load.
+    /// Update commits after the load (0: the load alone, then stop).
     #[arg(long, default_value_t = 200)]
     versions: u64,
     /// Updates per commit.
@@ -213,6 +213,10 @@ fn main() {
     );
     // The load's page records must not be counted as the updates' writes.
     store.flush().expect("flush");
+    if versions == 0 {
+        // `--versions 0` measures the load alone (the read phases below assume updates were made).
+        return;
+    }
 
     // Updates.
     let mut rng = Rng::new(0x5eed);

@@ -42,6 +42,8 @@ pub enum JoinError {
     Sources(String),
     /// The sources disagree about the trusted state: nothing is trusted.
     Disagree(String),
+    /// Every source has pruned a version this node still needs (HTTP 410 `pruned`): it cannot follow them.
+    SourcesPruned(String),
     /// What a source sent did not verify (a SPEC.md error code), after every source was tried.
     Verify {
         /// What was being verified.
@@ -69,6 +71,7 @@ impl JoinError {
             JoinError::Config(_) => "join_config",
             JoinError::Sources(_) => "sources_failed",
             JoinError::Disagree(_) => "sources_disagree",
+            JoinError::SourcesPruned(_) => "sources_pruned",
             JoinError::Verify { code, .. } => code,
             JoinError::Diverged(_) => "diverged",
             JoinError::Io { .. } => "io",
@@ -83,6 +86,7 @@ impl std::fmt::Display for JoinError {
             JoinError::Config(m) => write!(f, "join: {m}"),
             JoinError::Sources(m) => write!(f, "join: no source answered: {m}"),
             JoinError::Disagree(m) => write!(f, "join: the sources disagree: {m}"),
+            JoinError::SourcesPruned(m) => write!(f, "join: {m}"),
             JoinError::Verify { what, code } => write!(f, "join: {what} did not verify ({code})"),
             JoinError::Diverged(m) => write!(f, "join: the state diverged from the sources': {m}"),
             JoinError::Io { path, source } => write!(f, "join: {}: {source}", path.display()),
@@ -234,14 +238,14 @@ fn get_json<T: serde::de::DeserializeOwned>(agent: &ureq::Agent, url: &str) -> R
     serde_json::from_slice(&b).map_err(|e| format!("{url}: not the documented JSON: {e}"))
 }
 
-/// Like [`get_json`], but a 404 is `Ok(None)`.
+/// Like [`get_json`], but a 404 or a 410 (what the source never had or no longer holds) is `Ok(None)`.
 fn get_json_opt<T: serde::de::DeserializeOwned>(
     agent: &ureq::Agent,
     url: &str,
 ) -> Result<Option<T>, String> {
     match get_json(agent, url) {
         Ok(t) => Ok(Some(t)),
-        Err(e) if e.contains(" 404 ") => Ok(None),
+        Err(e) if e.contains(" 404 ") || e.contains(" 410 ") => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -1056,6 +1060,8 @@ pub fn follow(
         .into();
     let mut applied = 0u64;
     let mut source = 0usize;
+    // Failed batches in a row, and of those the last ones in a row that a source refused as pruned.
+    let mut failures = (0u32, 0usize);
     while !stop.load(Ordering::Relaxed) {
         let s = &sources[source % sources.len()];
         let head = match get_json::<DigestsResponse>(&agent, &format!("{s}/v1/digest")) {
@@ -1083,10 +1089,30 @@ pub fn follow(
         // time set the pace of the whole catch-up.
         let batch = fetch_and_apply(node, &agent, s, tid, ours + 1..=head, stop, &mut applied);
         match batch {
-            Ok(()) => {}
+            Ok(()) => failures = (0, 0),
             Err(JoinError::Sources(e)) => {
                 tracing::warn!("following: {e}");
                 source += 1;
+                // A source that has pruned the next version will never serve it: once every source in a row
+                // says so, following cannot go on and says why, instead of asking again forever.
+                failures.0 += 1;
+                failures.1 = if e.contains(" 410 ") {
+                    failures.1 + 1
+                } else {
+                    0
+                };
+                if failures.1 >= sources.len() {
+                    return Err(JoinError::SourcesPruned(format!(
+                        "version {} is pruned on every source: {e}",
+                        ours + 1
+                    )));
+                }
+                // Back off (0.25 s doubling up to 8 s) so that a failing source is not asked in a tight loop.
+                let wait = Duration::from_millis(250 << failures.0.min(5));
+                let until = Instant::now() + wait;
+                while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
             }
             Err(e) => return Err(e),
         }
@@ -1465,5 +1491,98 @@ mod manifest_tests {
         // Up to the pairs asked for is a manifest's own business.
         m.items[i].count = 4;
         assert!(verified_manifest(&t, &m.encode()).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod follow_tests {
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use letus_core::Options;
+
+    use super::{follow, JoinError};
+    use crate::api::{BlockRequest, WriteOp};
+    use crate::node::{Node, NodeLimits};
+
+    /// A source whose head is version 9 and that answers every other request `410 pruned`, counting them.
+    fn pruned_source() -> (String, Arc<AtomicUsize>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let asked = Arc::new(AtomicUsize::new(0));
+        let count = asked.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                let mut line = String::new();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                if r.read_line(&mut line).is_err() {
+                    continue;
+                }
+                // The request's head, up to its blank line (GETs have no body).
+                let mut h = String::new();
+                while r.read_line(&mut h).is_ok_and(|n| n > 2) {
+                    h.clear();
+                }
+                let (status, body) = if line.starts_with("GET /v1/digest ") {
+                    ("200 OK", r#"{"version":9,"digests":[]}"#.to_string())
+                } else {
+                    count.fetch_add(1, Ordering::Relaxed);
+                    let e = r#"{"error":{"code":"pruned","message":"pruned below 50"}}"#;
+                    ("410 Gone", e.to_string())
+                };
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        (url, asked)
+    }
+
+    /// A follower whose next version every source has pruned stops with `sources_pruned` once each source said
+    /// so, instead of asking again forever.
+    #[test]
+    fn a_follower_stops_when_every_source_has_pruned_its_next_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = Node::open(
+            dir.path(),
+            Options::default(),
+            "t".into(),
+            NodeLimits::default(),
+        )
+        .unwrap();
+        node.write_block(BlockRequest {
+            version: 1,
+            writes: vec![WriteOp {
+                tid: 0,
+                key: "01".into(),
+                value: Some("02".into()),
+            }],
+            block: None,
+            access_list: vec![],
+        })
+        .unwrap();
+        let (a, asked_a) = pruned_source();
+        let (b, asked_b) = pruned_source();
+        let stop = AtomicBool::new(false);
+        let t = Instant::now();
+        let e = follow(&node, &[a, b], 0, &stop, true).unwrap_err();
+        assert!(matches!(e, JoinError::SourcesPruned(_)), "{e}");
+        assert_eq!(e.code(), "sources_pruned");
+        assert!(e.to_string().contains("version 2"), "{e}");
+        // Both sources were asked, each a handful of times (one batch of at most a few fetchers), with a pause
+        // between them.
+        let (na, nb) = (
+            asked_a.load(Ordering::Relaxed),
+            asked_b.load(Ordering::Relaxed),
+        );
+        assert!(na >= 1 && nb >= 1, "{na} {nb}");
+        assert!(na + nb <= 20, "{na} {nb}");
+        assert!(t.elapsed() < Duration::from_secs(30));
     }
 }

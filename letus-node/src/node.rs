@@ -11,7 +11,7 @@ use letus_verify::hex::encode as hex;
 use letus_verify::{Digest, KeyPath, Version};
 
 use crate::api::*;
-use crate::blockstore::{BlockStore, BlockStoreOptions};
+use crate::blockstore::{BlockLocation, BlockStore, BlockStoreOptions};
 use crate::error::{hex_field, ApiError};
 
 /// Limits on what a client may ask for.
@@ -936,29 +936,38 @@ impl Node {
 
     /// The stored raw block.
     pub fn block(&self, version: Version) -> Result<BlockResponse, ApiError> {
-        let (got, cut) = {
-            let blocks = self.blocks();
-            let cut = blocks
+        // Located under the lock, read after it: commits append under the same lock, and a read from the cold
+        // tier can take as long as the object store does.
+        let cut_below = |blocks: &BlockStore| {
+            blocks
                 .first_version()
-                .filter(|&first| blocks.tail_cut() && version < first);
-            (blocks.get(version)?, cut)
+                .filter(|&first| blocks.tail_cut() && version < first)
         };
-        match got {
-            Some(b) => Ok(BlockResponse {
-                version,
-                block: hex(&b.block),
-            }),
-            None if cut.is_some() => Err(ApiError::Pruned {
-                version,
-                oldest: cut.unwrap_or(version),
-            }),
-            None => match self.reader().snapshot().oldest_version() {
+        let (at, cut) = {
+            let blocks = self.blocks();
+            (blocks.locate(version), cut_below(&blocks))
+        };
+        let got = match at.map(BlockLocation::read).transpose() {
+            Ok(got) => got,
+            // The tail was cut past it while it was read: as if it had been cut before.
+            Err(_) if cut_below(&self.blocks()).is_some() => None,
+            Err(e) => return Err(e.into()),
+        };
+        let Some(b) = got else {
+            if let Some(oldest) = cut.or_else(|| cut_below(&self.blocks())) {
+                return Err(ApiError::Pruned { version, oldest });
+            }
+            return match self.reader().snapshot().oldest_version() {
                 Some(oldest) if version < oldest => {
                     Err(ApiError::BeforeSnapshot { version, oldest })
                 }
                 _ => Err(ApiError::BlockNotFound(version)),
-            },
-        }
+            };
+        };
+        Ok(BlockResponse {
+            version,
+            block: hex(&b.block),
+        })
     }
 
     /// History consistency proof between two versions of a trie.

@@ -88,6 +88,49 @@ pub struct SegmentInfo {
     pub bytes: u64,
 }
 
+/// Where one block record is: see [`BlockStore::locate`].
+pub struct BlockLocation {
+    version: u64,
+    file: FileRef,
+    path: PathBuf,
+    offset: u64,
+    /// At most [`format::MAX_RECORD_LEN`], checked when the segment's index was built.
+    len: u64,
+}
+
+impl BlockLocation {
+    /// Reads the record and checks its checksum and version.
+    pub fn read(self) -> Result<BlockRecord> {
+        let (version, off) = (self.version, self.offset);
+        let mut buf = vec![0u8; self.len as usize];
+        fsutil::read_exact_at(&*self.file, &self.path, &mut buf, off)?;
+        if !format::record_valid(&buf) {
+            return Err(corrupt(
+                &self.path,
+                off,
+                format!(
+                    "block record of version {version} fails its checksum or its length ({} bytes expected)",
+                    buf.len()
+                ),
+            ));
+        }
+        let (v, request_hash, _) = format::record_parts(&buf);
+        if v != version {
+            return Err(corrupt(
+                &self.path,
+                off,
+                format!("the record holds version {v}, the index says {version}"),
+            ));
+        }
+        buf.drain(..RECORD_HEADER_LEN as usize);
+        Ok(BlockRecord {
+            version,
+            request_hash,
+            block: buf,
+        })
+    }
+}
+
 /// One segment file in memory: its open file and its index.
 struct Segment {
     id: u64,
@@ -290,42 +333,25 @@ impl BlockStore {
     /// Reads the block stored at `version`; `None` if there is none. The record's checksum, length and version
     /// are checked: a mismatch is `Error::Corrupt` with the segment file and the record's offset.
     pub fn get(&self, version: u64) -> Result<Option<BlockRecord>> {
+        self.locate(version).map(BlockLocation::read).transpose()
+    }
+
+    /// Where the block of `version` is, without reading it: a caller that holds the block store behind a lock
+    /// reads it after letting the lock go (a read from the cold tier can take seconds, and commits need the lock).
+    /// The open file stays readable after the segment is cut from the tail (the handle keeps it).
+    pub fn locate(&self, version: u64) -> Option<BlockLocation> {
         let si = self
             .segments
             .partition_point(|s| s.versions.last().is_some_and(|&l| l < version));
-        let Some(seg) = self.segments.get(si) else {
-            return Ok(None);
-        };
-        let Ok(i) = seg.versions.binary_search(&version) else {
-            return Ok(None);
-        };
-        let off = seg.offsets[i];
-        let mut buf = vec![0u8; seg.record_len(i) as usize];
-        fsutil::read_exact_at(&*seg.file, &seg.path, &mut buf, off)?;
-        if !format::record_valid(&buf) {
-            return Err(corrupt(
-                &seg.path,
-                off,
-                format!(
-                    "block record of version {version} fails its checksum or its length ({} bytes expected)",
-                    buf.len()
-                ),
-            ));
-        }
-        let (v, request_hash, _) = format::record_parts(&buf);
-        if v != version {
-            return Err(corrupt(
-                &seg.path,
-                off,
-                format!("the record holds version {v}, the index says {version}"),
-            ));
-        }
-        buf.drain(..RECORD_HEADER_LEN as usize);
-        Ok(Some(BlockRecord {
+        let seg = self.segments.get(si)?;
+        let i = seg.versions.binary_search(&version).ok()?;
+        Some(BlockLocation {
             version,
-            request_hash,
-            block: buf,
-        }))
+            file: seg.file.clone(),
+            path: seg.path.clone(),
+            offset: seg.offsets[i],
+            len: seg.record_len(i),
+        })
     }
 
     /// The version of the newest block, `None` when the store is empty.
