@@ -1117,3 +1117,30 @@ fn empty_commits_keep_their_file_until_no_recovery_replays_it() {
     assert_eq!(p.digest(0, v).unwrap(), digest);
     assert_eq!(p.latest_version(), Some(v));
 }
+
+/// A snapshot taken before a prune whose boundary passes its version: its history answers `Pruned` like its
+/// other reads, instead of entries from below the boundary.
+#[test]
+fn a_snapshot_below_a_later_boundary_answers_pruned_for_history() {
+    let d = tempfile::tempdir().unwrap();
+    let mut s = Store::open(d.path(), opts(local())).unwrap();
+    let seed = 3;
+    for v in 1..=40 {
+        commit(&mut s, seed, v).unwrap();
+    }
+    let snap = s.snapshot();
+    assert!(snap.history(0, &key(1), None, 5).is_ok());
+    for v in 41..=90 {
+        commit(&mut s, seed, v).unwrap();
+    }
+    let b = s.prune(10).unwrap().unwrap().boundary;
+    assert!(b > 40, "{b}");
+    match snap.history(0, &key(1), None, 5) {
+        Err(Error::Pruned { version, oldest }) => assert_eq!((version, oldest), (40, b)),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        snap.get(0, 40, &key(1)),
+        Err(Error::Pruned { .. })
+    ));
+}

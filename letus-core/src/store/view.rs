@@ -514,6 +514,15 @@ impl View<'_> {
                 });
             }
         }
+        // A snapshot pinned below a boundary raised after it was taken: its version's history is pruned too.
+        if let (None, Some(b), Some(l)) = (before, boundary, self.latest) {
+            if l < b {
+                return Err(Error::Pruned {
+                    version: l,
+                    oldest: b,
+                });
+            }
+        }
         let start = match before {
             // From the key's state at the engine's newest version; a snapshot pinned below it skips the entries
             // written after its version (few: only those since the snapshot was taken).
@@ -619,7 +628,10 @@ impl View<'_> {
             Some(_) => Err(invalid()),
             None => {
                 let before = i.checked_sub(1).ok_or_else(invalid)?;
-                match leaf_at(t.versions[before])? {
+                // The state just before `u`; when that version is below the boundary (`u` is above it), the
+                // state at the boundary is the same one and is not pruned.
+                let at = t.versions[before].max(self.engine.pruned_below.unwrap_or(0));
+                match leaf_at(at)? {
                     Some(leaf) => Ok(Some(leaf.loc)),
                     None => Err(invalid()),
                 }
