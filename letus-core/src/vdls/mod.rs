@@ -1086,23 +1086,28 @@ impl Vdls {
     /// 2. one positional write of the whole group at the committed end;
     /// 3. fdatasync (when `opts.sync`).
     ///
-    /// Only then is the file's committed length advanced, so `read` never sees a half-written group.
+    /// Only then is the file's committed length advanced, so `read` never sees a half-written group, and only
+    /// then does a new file join the readers' list: until its first group is durable the file before it stays
+    /// the newest one there, the active file for value-log GC, which never compacts or deletes it (a crash before
+    /// that group is durable leaves the new file empty, and recovery removes it).
     fn write_group(&mut self, g: &Group) -> Result<Position> {
         let active_id = self.end.file_id;
-        if g.file_id != active_id {
+        let new_file = if g.file_id != active_id {
             let active = self.reader.files().last().cloned().ok_or(Error::Poisoned)?;
             active
                 .file
                 .sync_data()
                 .map_err(|e| Error::io(&active.path, e))?;
-            let df = self.create_file(g.file_id, active.len())?;
-            self.reader
-                .files
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(Arc::new(df.shared()));
-        }
-        let f = self.reader.files().last().cloned().ok_or(Error::Poisoned)?;
+            Some(Arc::new(
+                self.create_file(g.file_id, active.len())?.shared(),
+            ))
+        } else {
+            None
+        };
+        let f = match &new_file {
+            Some(f) => f.clone(),
+            None => self.reader.files().last().cloned().ok_or(Error::Poisoned)?,
+        };
         debug_assert_eq!(f.id, g.file_id);
         debug_assert_eq!(f.len(), g.start);
         f.file
@@ -1115,6 +1120,13 @@ impl Vdls {
         let end = g.start + g.spilled + g.buf.len() as u64;
         // Published only now: readers never see a length whose bytes are not all written.
         f.len.store(end, Ordering::Release);
+        if let Some(f) = new_file {
+            self.reader
+                .files
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(f);
+        }
         Ok(Position {
             file_id: f.id,
             offset: end,
