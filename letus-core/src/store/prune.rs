@@ -10,10 +10,11 @@
 //!   below `B` (a predecessor is the page's record just before).
 //!
 //! The base file keeps each of those records under its key, so both kinds of lookup find it where they did: a
-//! BasePage is copied as it is; a DeltaPage `D` at `(page, p)` becomes a BasePage at `(page, p, Base)` holding the
-//! page as of its version `c` at the boundary and `D` with that BasePage as its predecessor (entries unchanged).
-//! Such a page is only ever loaded at `c` from then on (a parent names `c`; a later record's chain applies its own
-//! entries after ours), and `D`'s entries up to `c` re-assign what the BasePage holds. Nothing that is hashed changes, so every root, proof and digest at `v >= B` is the same.
+//! BasePage is copied as it is; a DeltaPage `D` at `(page, p)` is replaced by one BasePage at `(page, p, Base)`
+//! holding the page as of its version `c` at the boundary, `D`'s last entry (base files hold BasePages only:
+//! index-file format 4, store format 9; a DeltaPage key routed to one is answered by the BasePage of the same key
+//! version). A later record's chain applies its own entries on top of it as it did on top of `D`'s page. Nothing
+//! that is hashed changes, so every root, proof and digest at `v >= B` is the same.
 //!
 //! Incremental: after a first prune at `B0`, the next one at `B1` replaces only the files after the base files,
 //! and its base file covers `(B0, B1]` with the pages changed there. A page at or below `B0` is unchanged since
