@@ -28,6 +28,10 @@ pub const FILE_NAME: &str = "collected";
 /// which makes one range).
 pub const MAX_RANGES: usize = 1 << 20;
 
+/// The most file ids a list names (16M: 256 TB of value log deleted at 16 MiB a file), checked while the ranges
+/// are expanded, so that a list that passes its checksum cannot make an open allocate without bound.
+pub const MAX_IDS: u64 = 1 << 24;
+
 /// The ranges `[first, last]` of `ids`, ascending.
 fn ranges(ids: &BTreeSet<u32>) -> Vec<(u32, u32)> {
     let mut out: Vec<(u32, u32)> = Vec::new();
@@ -84,6 +88,9 @@ pub fn read(fs: &dyn Storage, dir: &Path) -> Result<BTreeSet<u32>> {
         if first == 0 || first > last || !in_order {
             return Err(bad("collected-file list ranges are out of order"));
         }
+        if ids.len() as u64 + u64::from(last - first) + 1 > MAX_IDS {
+            return Err(bad("collected-file list names too many files"));
+        }
         ids.extend(first..=last);
         after = Some(last);
     }
@@ -98,6 +105,25 @@ pub fn write(fs: &dyn Storage, dir: &Path, ids: &BTreeSet<u32>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A list whose one range names more ids than any store deletes passes its checksum and is still refused,
+    /// not expanded into billions of ids.
+    #[test]
+    fn a_list_naming_too_many_files_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = crate::storage::local();
+        let mut b = encode(&[1u32].into_iter().collect());
+        let body_at = LOG_HEADER_LEN;
+        b[body_at + 8..body_at + 12].copy_from_slice(&u32::MAX.to_le_bytes());
+        let len = b.len();
+        let c = crc(&b[body_at..len - 4]);
+        b[len - 4..].copy_from_slice(&c.to_le_bytes());
+        std::fs::write(dir.path().join(FILE_NAME), &b).unwrap();
+        match read(&*fs, dir.path()) {
+            Err(Error::Corrupt { what, .. }) => assert!(what.contains("too many files"), "{what}"),
+            other => panic!("{:?}", other.map(|s| s.len())),
+        }
+    }
 
     #[test]
     fn a_list_reads_back_as_ranges_and_a_flipped_bit_is_corruption() {
