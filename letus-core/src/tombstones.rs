@@ -16,7 +16,8 @@
 //! Entries are appended after each commit without fsync. Before an index file is flushed, a `flushed` marker for
 //! the flush's version is appended and the file is fsynced, so at open every entry up to the newest flushed
 //! version `F` is durable and ends with the marker for `F`. Entries after that marker are rebuilt from the value
-//! log on replay (the same way as the roots log's), so `open` cuts them off.
+//! log on replay (the same way as the roots log's), so `open` cuts them off. An open also writes the log again,
+//! with the table alone, once the entries it read are mostly history (FORMAT.md §3a).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,9 @@ const FORMAT: u32 = 1;
 const HEADER_LEN: u64 = LOG_HEADER_LEN as u64;
 const ENTRY_LEN: usize = 65;
 const FILE_NAME: &str = "tombstones.log";
+
+/// Bytes of history entries (past twice the table's own) that make an open write the log again.
+const REWRITE_SLACK: u64 = 1 << 20;
 
 const SET: u8 = 1;
 const CLEAR: u8 = 2;
@@ -130,6 +134,14 @@ impl TombstoneLog {
             ));
         };
         log.cut(end)?;
+        // Every delete and every put of a deleted key adds an entry, but the table holds only the keys deleted now:
+        // once the entries are mostly history, the log is written again with the table alone (a crash leaves the
+        // old log or the new one, and both give this table at `flushed`).
+        let live = HEADER_LEN + (table.len() as u64 + 1) * ENTRY_LEN as u64;
+        if end > 2 * live + REWRITE_SLACK {
+            drop(log);
+            return Ok(Some((Self::create(fs, dir, Some(flushed), &table)?, table)));
+        }
         Ok(Some((log, table)))
     }
 
@@ -294,6 +306,49 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(t.len(), 1);
+    }
+
+    /// A log that is mostly entries of keys put again is written again at open with the table alone, and opens
+    /// and goes on as before.
+    #[test]
+    fn a_log_of_mostly_history_is_written_again_with_the_table_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = crate::storage::Local;
+        let (a, b) = (KeyPath::of(b"a"), KeyPath::of(b"b"));
+        {
+            let (mut log, _) = TombstoneLog::open(&fs, dir.path(), None).unwrap().unwrap();
+            log.set(1, 0, &b, loc(10));
+            // 40,000 deletes and puts of one key: 5 MB of entries for a table of one key.
+            for v in 2..40_002 {
+                log.set(v, 0, &a, loc(v));
+                log.clear(v, 0, &a);
+            }
+            log.set(40_002, 0, &a, loc(77));
+            log.mark_flushed(40_002).unwrap().0.sync_data().unwrap();
+        }
+        let (mut log, t) = TombstoneLog::open(&fs, dir.path(), Some(40_002))
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(
+            (t.get(&(0, a)), t.get(&(0, b))),
+            (Some(&loc(77)), Some(&loc(10)))
+        );
+        let small = HEADER_LEN + 3 * ENTRY_LEN as u64;
+        assert_eq!(log.disk_bytes(), small);
+        assert_eq!(
+            std::fs::metadata(dir.path().join(FILE_NAME)).unwrap().len(),
+            small
+        );
+        // It goes on: later entries and markers append to the new file.
+        log.clear(40_003, 0, &b);
+        log.mark_flushed(40_003).unwrap().0.sync_data().unwrap();
+        drop(log);
+        let (_, t) = TombstoneLog::open(&fs, dir.path(), Some(40_003))
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.get(&(0, a)), Some(&loc(77)));
     }
 
     #[test]
