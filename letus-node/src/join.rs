@@ -9,10 +9,12 @@
 //!    (index, depth, prefix, source, error code) and fetched again from the next source. After a SIGKILL the join
 //!    resumes with the chunks not yet on disk: a chunk file exists only once it verified.
 //! 4. **History.** The frontier of the trie's history before `V`, checked to give the trusted history root.
-//! 5. **Import.** [`import`] reads the chunks in entry order (verifying each again: the files could have been
-//!    damaged since), bulk-loads them into `state.joining` with the history frontier, checks the new store's
-//!    digest at `V` against the trusted one, and renames it to `state`. Reads and blocks below `V` then answer
-//!    `410 before_snapshot`.
+//! 5. **Import.** [`import`] reads the chunks in entry order (each checked to be its manifest entry's: index,
+//!    depth, prefix and pair count; a file that is not is removed, so that the next run fetches it again),
+//!    bulk-loads them into `state.joining` with the history frontier, checks the new store's digest at `V`
+//!    against the trusted one (a file damaged since it verified shows there, and is then found by verifying each
+//!    file again, named and removed), and renames it to `state`. Reads and blocks below `V` then answer
+//!    `410 before_snapshot`. The raw block of `V` is stored before that rename.
 //! 6. **Follow.** [`follow`] applies each later version as a block: the key changes from `V` to `V+1`
 //!    (`GET /v1/tries/{tid}/changes`) and the raw block; the node's resulting digest must equal the source's.
 
@@ -254,6 +256,13 @@ fn digest_of(d: &DigestsResponse, tid: u32) -> Option<Digest> {
     d.digests.iter().find(|x| x.tid == tid).cloned()
 }
 
+/// Removes the saved manifest and the chunks verified against it: the next manifest fetched may split the state
+/// into other chunks.
+fn forget_manifest(dir: &Path) {
+    let _ = std::fs::remove_file(dir.join("manifest.bin"));
+    let _ = std::fs::remove_dir_all(dir.join("chunks"));
+}
+
 /// Writes `bytes` to `path` durably: a temporary name, fsync, rename, fsync of the directory.
 fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), JoinError> {
     let tmp = path.with_extension("tmp");
@@ -275,6 +284,13 @@ fn chunk_path(dir: &Path, i: usize) -> PathBuf {
     dir.join("chunks").join(format!("{i:06}"))
 }
 
+/// The number of different sources among `urls`, ignoring case and trailing slashes.
+fn distinct_sources<'a>(urls: impl Iterator<Item = &'a str>) -> usize {
+    urls.map(|u| u.trim_end_matches('/').to_ascii_lowercase())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+}
+
 /// Establishes what is trusted (see the module documentation), or reads it back from `DIR/join.json`.
 fn trust(dir: &Path, cfg: &JoinConfig, agent: &ureq::Agent) -> Result<Trusted, JoinError> {
     let file = dir.join("join.json");
@@ -284,7 +300,10 @@ fn trust(dir: &Path, cfg: &JoinConfig, agent: &ureq::Agent) -> Result<Trusted, J
             .map_err(|e| JoinError::Config(format!("{}: {e}", file.display())))?;
         let conflict = cfg.version.is_some_and(|v| v != t.version)
             || cfg.tid != t.tid
-            || cfg.trusted_root.is_some_and(|r| r != t.root());
+            || cfg.trusted_root.is_some_and(|r| r != t.root())
+            || cfg
+                .trusted_history_root
+                .is_some_and(|h| h != t.history_root());
         if conflict {
             return Err(JoinError::Config(format!(
                 "{} holds an unfinished join of trie {} at version {}; finish it, or remove the directory to join another",
@@ -342,11 +361,12 @@ fn trust(dir: &Path, cfg: &JoinConfig, agent: &ureq::Agent) -> Result<Trusted, J
             )))
         }
         Some(_) => {}
-        None if seen.len() >= 2 => {}
+        // Two spellings of one address are one source.
+        None if distinct_sources(seen.iter().map(|(s, _)| s.as_str())) >= 2 => {}
         None => {
             return Err(JoinError::Config(format!(
                 "only {} source(s) answered: give a trusted root (--trusted-root) or at least two sources that agree",
-                seen.len()
+                distinct_sources(seen.iter().map(|(s, _)| s.as_str()))
             )))
         }
     }
@@ -427,12 +447,23 @@ fn prepare(
     let agent = agent();
     let t = trust(dir, cfg, &agent)?;
     let mpath = dir.join("manifest.bin");
-    let manifest = match std::fs::read(&mpath) {
-        Ok(b) => verified_manifest(&t, &b).map_err(|(code, _)| JoinError::Verify {
-            what: format!("{} (saved earlier)", mpath.display()),
-            code,
-        })?,
-        Err(_) => {
+    let saved = std::fs::read(&mpath).ok().and_then(|b| {
+        verified_manifest(&t, &b)
+            .inspect_err(|(code, e)| {
+                // Damaged on disk since it verified: fetched again, and the chunks with it.
+                let f = format!(
+                    "{} (saved earlier): {code}: {e}; fetching it again",
+                    mpath.display()
+                );
+                tracing::warn!("{f}");
+                report.failures.push(f);
+                forget_manifest(dir);
+            })
+            .ok()
+    });
+    let manifest = match saved {
+        Some(m) => m,
+        None => {
             let mut got = None;
             let mut errors = Vec::new();
             for s in &cfg.sources {
@@ -495,7 +526,7 @@ fn fetch_chunks(
         }
     }
     let mut guard = FailOnDrop(failed, true);
-    let r = fetch_chunks_inner(dir, cfg, t, manifest, report, handoff);
+    let r = fetch_chunks_inner(dir, cfg, t, manifest, report, handoff, failed);
     guard.1 = r.is_err();
     r
 }
@@ -507,6 +538,8 @@ fn fetch_chunks_inner(
     manifest: &VerifiedManifest,
     report: &mut FetchReport,
     handoff: Option<&Handoff>,
+    // Set by the importer when it fails: the chunks left are not fetched for nothing.
+    halt: &AtomicBool,
 ) -> Result<(), JoinError> {
     let agent = agent();
     let cdir = dir.join("chunks");
@@ -534,7 +567,7 @@ fn fetch_chunks_inner(
     let pace = Mutex::new(Instant::now());
     let work = || {
         let agent = agent.clone();
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) && !halt.load(Ordering::Acquire) {
             let n = next.fetch_add(1, Ordering::Relaxed);
             let Some(&i) = missing.get(n) else { return };
             let item = manifest.items()[i];
@@ -605,8 +638,9 @@ fn fetch_chunks_inner(
                     }
                     Err(e @ SnapshotError::CountMismatch { .. }) => {
                         // The pairs verified: the saved manifest is what is wrong (a count above one is not
-                        // hashed). It goes, so that the next run fetches the manifest again, from another source.
-                        let _ = std::fs::remove_file(dir.join("manifest.bin"));
+                        // hashed). It goes, so that the next run fetches the manifest again, from another source,
+                        // with the chunks verified against it (another manifest may split the state otherwise).
+                        forget_manifest(dir);
                         *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(JoinError::Verify {
                             what: format!(
                                 "the manifest's entry {i} ({e}); the manifest was removed: run the join again, with another source first"
@@ -664,8 +698,18 @@ fn fetch_frontier(
     agent: &ureq::Agent,
 ) -> Result<(), JoinError> {
     let path = dir.join("history.json");
-    if path.exists() {
-        return Ok(());
+    if let Ok(b) = std::fs::read(&path) {
+        let saved = serde_json::from_slice::<FrontierResponse>(&b)
+            .map_err(|e| e.to_string())
+            .and_then(|f| check_frontier(t, &f));
+        match saved {
+            Ok(()) => return Ok(()),
+            // Damaged on disk since it verified: fetched again.
+            Err(e) => {
+                tracing::warn!("{} (saved earlier): {e}; fetching it again", path.display());
+                let _ = std::fs::remove_file(&path);
+            }
+        }
     }
     let mut errors = Vec::new();
     for s in &cfg.sources {
@@ -897,8 +941,13 @@ fn import_while_fetching(
                     )
                 })
                 .ok_or_else(|| {
+                    // Removed, so that the next run fetches it again instead of failing here every time.
+                    let _ = std::fs::remove_file(&path);
                     bad = Some(JoinError::Verify {
-                        what: path.display().to_string(),
+                        what: format!(
+                            "{} (removed: the next run fetches it again)",
+                            path.display()
+                        ),
                         code: "chunk_mismatch",
                     });
                     letus_core::Error::InvalidBulkLoad(format!(
@@ -989,31 +1038,8 @@ pub fn join(
     let started = Instant::now();
     let mut fetched = FetchReport::default();
     let (t, manifest) = prepare(&dir, cfg, &mut fetched)?;
-    // The chunks are stored as they arrive, in entry order, while the next ones are fetched.
-    let failed = AtomicBool::new(false);
-    let handoff = Handoff::default();
-    let (f, imported) = std::thread::scope(|sc| {
-        let fetcher = sc.spawn(|| {
-            let r = fetch_chunks(
-                &dir,
-                cfg,
-                &t,
-                &manifest,
-                &mut fetched,
-                &failed,
-                Some(&handoff),
-            );
-            fetched.seconds = started.elapsed().as_secs_f64();
-            r
-        });
-        let imported = import_while_fetching(&dir, data, opts, Some(&failed), Some(&handoff));
-        (fetcher.join(), imported)
-    });
-    match f {
-        Ok(r) => r?,
-        Err(_) => return Err(JoinError::Config("the chunk fetcher panicked".into())),
-    }
-    let (_, imported) = imported?;
+    // The raw block of version V, stored before the state is renamed into place: after that rename a restart
+    // takes the joined node as it is and would never store it.
     let agent = agent();
     if let Some(b) = cfg.sources.iter().find_map(|s| {
         get_json_opt::<BlockResponse>(&agent, &format!("{s}/v1/blocks/{}", t.version))
@@ -1037,6 +1063,34 @@ pub fn join(
             }
         }
     }
+    // The chunks are stored as they arrive, in entry order, while the next ones are fetched.
+    let failed = AtomicBool::new(false);
+    let handoff = Handoff::default();
+    let (f, imported) = std::thread::scope(|sc| {
+        let fetcher = sc.spawn(|| {
+            let r = fetch_chunks(
+                &dir,
+                cfg,
+                &t,
+                &manifest,
+                &mut fetched,
+                &failed,
+                Some(&handoff),
+            );
+            fetched.seconds = started.elapsed().as_secs_f64();
+            r
+        });
+        let imported = import_while_fetching(&dir, data, opts, Some(&failed), Some(&handoff));
+        if imported.is_err() {
+            failed.store(true, Ordering::Release);
+        }
+        (fetcher.join(), imported)
+    });
+    match f {
+        Ok(r) => r?,
+        Err(_) => return Err(JoinError::Config("the chunk fetcher panicked".into())),
+    }
+    let (_, imported) = imported?;
     std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
     sync_dir(data)?;
     Ok(Some((fetched, imported)))
@@ -1584,5 +1638,17 @@ mod follow_tests {
         assert!(na >= 1 && nb >= 1, "{na} {nb}");
         assert!(na + nb <= 20, "{na} {nb}");
         assert!(t.elapsed() < Duration::from_secs(30));
+    }
+}
+
+#[cfg(test)]
+mod source_tests {
+    use super::distinct_sources;
+
+    #[test]
+    fn one_source_spelled_twice_is_one_source() {
+        let urls = ["http://a:1", "http://A:1/", "http://b:1", "http://b:1//"];
+        assert_eq!(distinct_sources(urls.into_iter()), 2);
+        assert_eq!(distinct_sources(urls[..2].iter().copied()), 1);
     }
 }

@@ -149,6 +149,10 @@ pub const DEFAULT_SNAPSHOT_PAIRS: u64 = 16_384;
 /// Most key changes one `changes` answer carries.
 pub const MAX_CHANGES: usize = 1_000_000;
 
+/// History entries read from the store at a time by `GET .../history` (the body limit is checked between reads,
+/// so one answer holds at most this many values past it).
+const HISTORY_READ_AHEAD: usize = 16;
+
 /// The least bytes of keys and values (value-log records) one changes answer may carry; more when blocks may be
 /// larger (`max_body_bytes`).
 pub const MIN_CHANGE_BYTES: u64 = 32 << 20;
@@ -893,7 +897,8 @@ impl Node {
         ))
     }
 
-    /// A key's history, newest first, optionally with a proof for each entry.
+    /// A key's history, newest first, optionally with a proof for each entry: at most `limit` entries, fewer
+    /// when their values and proofs pass `max_body_bytes` as hex (the answer's `next` goes on from there).
     pub fn history(
         &self,
         tid: u32,
@@ -910,27 +915,40 @@ impl Node {
         if !store.tries().contains(&tid) {
             return Err(ApiError::UnknownTrie(tid));
         }
-        let page = store.history(tid, &key, before, limit)?;
-        let mut entries = Vec::new();
-        for h in page.entries {
-            let (proof_hex, digest) = if proofs {
-                let (_, p) = store.get_proof(tid, h.version, &key)?;
-                (Some(hex(&p.encode())), Some(store.digest(tid, h.version)?))
-            } else {
-                (None, None)
-            };
-            entries.push(HistoryItem {
-                version: h.version,
-                value: h.value.as_deref().map(hex),
-                proof_hex,
-                digest,
-            });
-        }
+        // Read a few entries at a time, and the page ends (with its cursor) once its hex passes the body limit: a
+        // key rewritten often with large values would otherwise make one answer of `limit` large values.
+        let budget = self.limits.max_body_bytes;
+        let (mut entries, mut bytes, mut cursor) = (Vec::new(), 0usize, before);
+        let next = loop {
+            let want = (limit - entries.len()).min(HISTORY_READ_AHEAD);
+            let page = store.history(tid, &key, cursor, want)?;
+            for h in page.entries {
+                let (proof_hex, digest) = if proofs {
+                    let (_, p) = store.get_proof(tid, h.version, &key)?;
+                    (Some(hex(&p.encode())), Some(store.digest(tid, h.version)?))
+                } else {
+                    (None, None)
+                };
+                let value = h.value.as_deref().map(hex);
+                bytes += value.as_ref().map_or(0, String::len)
+                    + proof_hex.as_ref().map_or(0, String::len);
+                entries.push(HistoryItem {
+                    version: h.version,
+                    value,
+                    proof_hex,
+                    digest,
+                });
+            }
+            if page.next.is_none() || entries.len() >= limit || bytes >= budget {
+                break page.next;
+            }
+            cursor = page.next;
+        };
         Ok(HistoryResponse {
             tid,
             key: hex(&key),
             entries,
-            next: page.next,
+            next,
         })
     }
 
@@ -1137,4 +1155,52 @@ fn digests_at(store: &Snapshot, v: Version) -> Result<Vec<Digest>, ApiError> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod history_tests {
+    use letus_core::Options;
+
+    use super::{Node, NodeLimits};
+    use crate::api::{BlockRequest, WriteOp};
+
+    /// A key rewritten with large values is read in several answers once their hex passes the body limit, and
+    /// following `next` gives every entry once, newest first.
+    #[test]
+    fn history_answers_end_at_the_body_limit_and_next_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = NodeLimits {
+            max_body_bytes: 64 << 10,
+            ..NodeLimits::default()
+        };
+        let node = Node::open(dir.path(), Options::default(), "t".into(), limits).unwrap();
+        for v in 1..=100u64 {
+            let value = letus_verify::hex::encode(&[v as u8; 4096]);
+            node.write_block(BlockRequest {
+                version: v,
+                writes: vec![WriteOp {
+                    tid: 0,
+                    key: "6b".into(),
+                    value: Some(value),
+                }],
+                block: None,
+                access_list: vec![],
+            })
+            .unwrap();
+        }
+        let (mut seen, mut answers, mut before) = (Vec::new(), 0, None);
+        loop {
+            let h = node.history(0, "6b", false, None, before).unwrap();
+            answers += 1;
+            // 8 KiB of hex a value: the 64 KiB limit is passed after 8 entries, and the page of 16 read then ends.
+            assert!(h.entries.len() <= 16, "{}", h.entries.len());
+            seen.extend(h.entries.iter().map(|e| e.version));
+            match h.next {
+                Some(n) => before = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(seen, (1..=100).rev().collect::<Vec<_>>());
+        assert!(answers >= 7, "{answers}");
+    }
 }

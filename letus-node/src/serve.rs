@@ -263,6 +263,24 @@ fn positive<T: PartialEq + From<u8>>(name: &str, v: Option<T>) -> Result<Option<
     }
 }
 
+/// The longest timeout a setting takes (a year): deadlines are `now + timeout`, which must not overflow.
+const MAX_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
+
+/// The most concurrent reads or streams a setting takes (a semaphore's permits; tokio's own bound is far above).
+const MAX_PERMITS: usize = 1 << 20;
+
+/// A setting that must not be above `max`.
+fn at_most<T: PartialOrd + std::fmt::Display>(
+    name: &str,
+    v: Option<T>,
+    max: T,
+) -> Result<Option<T>, String> {
+    match v {
+        Some(x) if x > max => Err(format!("{name} must be at most {max}")),
+        other => Ok(other),
+    }
+}
+
 /// The resolved configuration.
 pub struct Config {
     pub static_dirs: Vec<(String, PathBuf)>,
@@ -323,7 +341,8 @@ impl ServeArgs {
             self.max_traceable_blocks.or(file.max_traceable_blocks),
         )?;
         let secs = |name: &str, flag: Option<u64>, file: Option<u64>| {
-            positive(name, flag.or(file)).map(|s| s.map(Duration::from_secs))
+            positive(name, at_most(name, flag.or(file), MAX_TIMEOUT_SECS)?)
+                .map(|s| s.map(Duration::from_secs))
         };
         if let Some(d) = secs(
             "body_timeout_secs",
@@ -334,11 +353,22 @@ impl ServeArgs {
         }
         if let Some(n) = positive(
             "max_concurrent_reads",
-            self.max_concurrent_reads.or(file.max_concurrent_reads),
+            at_most(
+                "max_concurrent_reads",
+                self.max_concurrent_reads.or(file.max_concurrent_reads),
+                MAX_PERMITS,
+            )?,
         )? {
             limits.max_concurrent_reads = n;
         }
-        if let Some(n) = positive("max_streams", self.max_streams.or(file.max_streams))? {
+        if let Some(n) = positive(
+            "max_streams",
+            at_most(
+                "max_streams",
+                self.max_streams.or(file.max_streams),
+                MAX_PERMITS,
+            )?,
+        )? {
             limits.max_streams = n;
         }
         let mut server = ServerSettings::default();
@@ -530,13 +560,29 @@ impl TierFlags {
 }
 
 /// The write token: configured, or kept in DATA/token (created with mode 0600 at first start).
+///
+/// An empty token (or one of spaces) is refused: `Authorization: Bearer ` with nothing after it never matches,
+/// so such a node would refuse every write while it looked configured. The file is written under a temporary
+/// name, fsynced and renamed (then the directory fsynced), so a crash never leaves an empty one.
 pub fn token(data: &Path, configured: Option<String>) -> Result<(String, bool), String> {
     if let Some(t) = configured {
+        if t.trim().is_empty() {
+            return Err(
+                "the configured token is empty: give a token, or none to have one made".into(),
+            );
+        }
         return Ok((t, false));
     }
     let path = data.join("token");
     if let Ok(t) = std::fs::read_to_string(&path) {
-        return Ok((t.trim().to_string(), false));
+        let t = t.trim().to_string();
+        if t.is_empty() {
+            return Err(format!(
+                "{} is empty: remove it to have a token made, or write one into it",
+                path.display()
+            ));
+        }
+        return Ok((t, false));
     }
     let mut raw = [0u8; 24];
     getrandom::fill(&mut raw).map_err(|e| format!("no randomness for a token: {e}"))?;
@@ -544,15 +590,21 @@ pub fn token(data: &Path, configured: Option<String>) -> Result<(String, bool), 
     std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    let tmp = data.join("token.tmp");
+    let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .open(&tmp)
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
     f.write_all(t.as_bytes())
         .and_then(|()| f.sync_all())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::fs::File::open(data)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("{}: {e}", data.display()))?;
     Ok((t, true))
 }
 
@@ -860,4 +912,26 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         }
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod token_tests {
+    use super::token;
+
+    #[test]
+    fn an_empty_token_is_refused_and_a_made_one_is_kept() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(token(d.path(), Some("  ".into())).is_err());
+        assert_eq!(
+            token(d.path(), Some("abc".into())).unwrap(),
+            ("abc".into(), false)
+        );
+        let (made, generated) = token(d.path(), None).unwrap();
+        assert!(generated && made.len() == 48, "{made}");
+        assert_eq!(token(d.path(), None).unwrap(), (made, false));
+        assert!(!d.path().join("token.tmp").exists());
+        std::fs::write(d.path().join("token"), "\n").unwrap();
+        let e = token(d.path(), None).unwrap_err();
+        assert!(e.contains("is empty"), "{e}");
+    }
 }

@@ -715,7 +715,8 @@ enum SnapshotCommand {
         #[command(flatten)]
         join: crate::serve::JoinFlags,
     },
-    /// Create the store of a new node from a fetched snapshot (each chunk verified again as it is loaded).
+    /// Create the store of a new node from a fetched snapshot (each chunk checked to be its manifest entry's, the
+    /// whole state's root against the trusted one; a damaged chunk file is then found, named and removed).
     Import {
         /// The directory `letus snapshot fetch` wrote.
         #[arg(long)]
