@@ -594,6 +594,18 @@ async fn every_documented_status_of_every_route_is_produced() {
         case("GET", "/v1/admin/prune", 401, "unauthorized"),
         case("GET", "/v1/admin/prune", 200, "").token(),
         case("GET", "/v1/tries/0/keys/00?version=2", 410, "pruned"),
+        case("GET", "/v1/tries/0/keys/?version=2", 410, "pruned"),
+        case("POST", "/v1/tries/0/value", 410, "pruned").json(json!({"key": "00", "version": 2})),
+        case(
+            "GET",
+            "/v1/tries/0/keys/6b3132/history?before=2",
+            410,
+            "pruned",
+        ),
+        case("POST", "/v1/tries/0/history", 410, "pruned")
+            .json(json!({"key": "6b3132", "before": 2})),
+        case("POST", "/v1/tries/0/proofs", 410, "pruned")
+            .json(json!({"keys": ["00"], "version": 2})),
         case("GET", "/v1/tries/0/keys/00?version=12", 200, ""),
         case("GET", "/v1/digest/2", 200, ""),
     ]);
@@ -661,6 +673,25 @@ async fn every_documented_status_of_every_route_is_produced() {
                     "before_snapshot",
                 ),
                 case("GET", "/v1/tries/0/changes?from=5&to=5", 200, ""),
+                case("GET", "/v1/tries/0/keys/?version=2", 410, "before_snapshot"),
+                case(
+                    "GET",
+                    "/v1/digest/consistency?from=2&to=5",
+                    410,
+                    "before_snapshot",
+                ),
+                case(
+                    "GET",
+                    "/v1/digest/inclusion?version=2&at=5",
+                    410,
+                    "before_snapshot",
+                ),
+                case(
+                    "GET",
+                    "/v1/digest/frontier?version=2",
+                    410,
+                    "before_snapshot",
+                ),
             ],
         )
         .await,
