@@ -892,6 +892,14 @@ impl Node {
         let digest = trie_digest(&store, tid, v)?;
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let (values, proof) = store.get_multi_proof(tid, v, &refs)?;
+        // One proof cannot be paged: an answer whose values would pass the body limit as hex is refused.
+        let bytes: usize = values.iter().flatten().map(Vec::len).sum();
+        if bytes.saturating_mul(2) > self.limits.max_body_bytes {
+            return Err(ApiError::TooLarge(format!(
+                "the values of these keys are {bytes} bytes, above max_body_bytes ({}) as hex: ask for fewer keys",
+                self.limits.max_body_bytes
+            )));
+        }
         Ok(MultiProofResponse::new(
             tid, v, &keys, &values, &proof, digest,
         ))
@@ -1202,5 +1210,46 @@ mod history_tests {
         }
         assert_eq!(seen, (1..=100).rev().collect::<Vec<_>>());
         assert!(answers >= 7, "{answers}");
+    }
+
+    /// A multi-proof cannot be paged: one whose values pass the body limit as hex is refused with `too_large`.
+    #[test]
+    fn a_multi_proof_whose_values_pass_the_body_limit_is_too_large() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = NodeLimits {
+            max_body_bytes: 64 << 10,
+            ..NodeLimits::default()
+        };
+        let node = Node::open(dir.path(), Options::default(), "t".into(), limits).unwrap();
+        let keys: Vec<String> = (0..10u8).map(|i| format!("{i:02x}")).collect();
+        node.write_block(BlockRequest {
+            version: 1,
+            writes: keys
+                .iter()
+                .map(|k| WriteOp {
+                    tid: 0,
+                    key: k.clone(),
+                    value: Some(letus_verify::hex::encode(&[7u8; 4096])),
+                })
+                .collect(),
+            block: None,
+            access_list: vec![],
+        })
+        .unwrap();
+        let ask = |n: usize| {
+            node.multi_proof(
+                0,
+                crate::api::MultiProofRequest {
+                    keys: keys[..n].to_vec(),
+                    version: None,
+                },
+            )
+        };
+        // 5 values: 40 KiB of hex; 10: 80 KiB.
+        assert!(ask(5).is_ok());
+        match ask(10) {
+            Err(crate::error::ApiError::TooLarge(m)) => assert!(m.contains("fewer keys"), "{m}"),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
     }
 }
