@@ -35,6 +35,11 @@ function optValue(v, what) {
 export const DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024;
 /** How long a client waits for one answer by default, in milliseconds. */
 export const DEFAULT_TIMEOUT_MS = 60_000;
+/** The longest timer JS runs (a longer one fires at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+/** The most bytes of an error answer read, and the most characters of it kept in the error's message. */
+const MAX_ERROR_BYTES = 64 * 1024;
+const MAX_ERROR_MESSAGE = 500;
 /** The most history entries one answer holds (letus-node/API.md). */
 const MAX_HISTORY_ENTRIES = 1000;
 /**
@@ -77,11 +82,15 @@ export class LetusClient {
     this.#maxBytes = maxAnswerBytes === undefined ? DEFAULT_MAX_ANSWER_BYTES : Number(maxAnswerBytes);
     this.#timeoutMs = timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : Number(timeoutMs);
     if (!(this.#maxBytes > 0) || !(this.#timeoutMs > 0)) throw new TypeError('maxAnswerBytes and timeoutMs must be positive');
+    // Timers fire at once past 2^31 - 1 ms; Infinity means no deadline.
+    if (this.#timeoutMs !== Infinity && !(this.#timeoutMs <= MAX_TIMER_MS)) {
+      throw new TypeError(`timeoutMs must be at most ${MAX_TIMER_MS} (or Infinity for none)`);
+    }
   }
 
   async #request(path, init) {
     const ctrl = new AbortController();
-    const timer = setTimeout(() => ctrl.abort(), this.#timeoutMs);
+    const timer = this.#timeoutMs === Infinity ? undefined : setTimeout(() => ctrl.abort(), this.#timeoutMs);
     let res;
     let text;
     try {
@@ -89,18 +98,25 @@ export class LetusClient {
       const aborted = new Promise((_, reject) => ctrl.signal.addEventListener('abort', () => reject(new Error('aborted'))));
       aborted.catch(() => {});
       res = await Promise.race([this.#fetch(this.#base + path, { ...init, signal: ctrl.signal }), aborted]);
-      text = new TextDecoder().decode(await readCapped(res, this.#maxBytes, ctrl.signal));
+      // An error answer is read only as far as a message needs.
+      const max = res.ok ? this.#maxBytes : MAX_ERROR_BYTES;
+      text = new TextDecoder().decode(await readCapped(res, max, ctrl.signal).catch((e) => {
+        if (!res.ok && e instanceof LetusVerifyError && e.code === 'too_large') return new Uint8Array(0);
+        throw e;
+      }));
     } catch (e) {
       if (ctrl.signal.aborted) {
         throw new LetusVerifyError('timeout', `no whole answer from ${this.#base} within ${this.#timeoutMs} ms`, { cause: e });
       }
-      throw e;
+      if (e instanceof LetusVerifyError) throw e;
+      // fetch itself failed (refused connection, DNS, a body cut off): one code for all of them.
+      throw new LetusVerifyError('network', `no answer from ${this.#base}: ${e && e.message}`, { cause: e });
     } finally {
       clearTimeout(timer);
     }
     if (!res.ok) {
       const { code, message } = errorOf(text);
-      throw new LetusNodeError(res.status, code, message);
+      throw new LetusNodeError(res.status, code, message.length > MAX_ERROR_MESSAGE ? `${message.slice(0, MAX_ERROR_MESSAGE)}…` : message);
     }
     try {
       return parseJson(text, { strict: true });
@@ -188,24 +204,37 @@ export class LetusClient {
 
   /**
    * `GET /v1/tries/{tid}/keys/{key}/history?proofs=true`: the key's past values, newest first, each proved
-   * against the digest at its version. With `trustedDigest` (a digest of this trie you trust), each of those
-   * digests' roots is also proved to be in the trusted digest's history (`/v1/digest/inclusion`, SPEC.md §8.2),
-   * and the entries are `trusted: true`. Resolves to `[{version, value, digest, trusted}]`.
+   * against the digest at its version. With `trustedDigest` (a digest of this trie you trust), each entry at or
+   * below its version is also proved to be in the trusted digest's history (`/v1/digest/inclusion`, SPEC.md §8.2,
+   * at the position its digest's `history_len` names) and its digest's `history_root` to be a prefix of the trusted
+   * one (`/v1/digest/consistency`, §8.3): those entries are `trusted: true`; entries newer than the trusted digest
+   * are verified against their own digest only (`trusted: false`).
+   * Options: `limit`, `before` (the `next` of an earlier page). Resolves to `[{version, value, digest, trusted}]`;
+   * the array's `next` (a bigint) is set when older entries exist: pass it as `before` for them. A node answers
+   * fewer than `limit` entries when their values pass its body limit. Each entry is proved, but a node can leave
+   * entries out: a proof shows a value at a version, not that no other write came between two entries.
    */
-  async history(tid, key, { limit, trustedDigest } = {}) {
+  async history(tid, key, { limit, before, trustedDigest } = {}) {
     const t = toU32(tid);
     const k = toBytes(key, 'key');
     const lim = limit === undefined ? undefined : toU64(limit, 'limit');
-    const a = k.length > MAX_URL_KEY_BYTES
-      ? await this.#request(`/v1/tries/${t}/history`, postJson(`{"key":"${toHex(k)}","proofs":true${lim === undefined ? '' : `,"limit":${lim}`}}`))
-      : await this.#request(`/v1/tries/${t}/keys/${toHex(k)}/history?proofs=true${lim === undefined ? '' : `&limit=${lim}`}`);
-    check(toU32(a.tid) === t, 'tid');
-    check(typeof a.key === 'string' && a.key.toLowerCase() === toHex(k), 'key');
+    const bef = before === undefined ? undefined : toU64(before, 'before');
+    // The empty key has no GET path (`/keys//history`), and a long one does not fit in a URL.
+    const a = k.length === 0 || k.length > MAX_URL_KEY_BYTES
+      ? await this.#request(`/v1/tries/${t}/history`, postJson(`{"key":"${toHex(k)}","proofs":true${lim === undefined ? '' : `,"limit":${lim}`}${bef === undefined ? '' : `,"before":${bef}`}}`))
+      : await this.#request(`/v1/tries/${t}/keys/${toHex(k)}/history?proofs=true${lim === undefined ? '' : `&limit=${lim}`}${bef === undefined ? '' : `&before=${bef}`}`);
+    const { tidOf, keyOf, entries, next } = parsing(() => ({
+      tidOf: toU32(a.tid),
+      keyOf: a.key,
+      entries: [...a.entries],
+      next: a.next === undefined || a.next === null ? undefined : toU64(a.next),
+    }));
+    check(tidOf === t, 'tid');
+    check(typeof keyOf === 'string' && keyOf.toLowerCase() === toHex(k), 'key');
     const trusted = trustedDigest === undefined ? undefined : digestFromJson(trustedDigest);
     if (trusted) check(trusted.tid === t, 'trusted digest is of another trie');
     const out = [];
-    let prev;
-    const entries = parsing(() => [...a.entries]);
+    let prev = bef;
     const most = lim === undefined ? MAX_HISTORY_ENTRIES : Math.min(Number(lim), MAX_HISTORY_ENTRIES);
     check(entries.length <= most, `${entries.length} history entries; at most ${most} were asked for`);
     for (const e of entries) {
@@ -215,20 +244,31 @@ export class LetusClient {
         version: toU64(e.version),
       }));
       check(digest.tid === t && digest.version === version, 'history entry digest');
-      check(prev === undefined || version < prev, 'history entries are not newest first');
+      check(prev === undefined || version < prev, 'history entries are not newest first, below `before`');
       prev = version;
       const proof = parsing(() => fromHex(e.proof_hex, 'proof_hex'));
       const r = await verifyProof({ tid: t, version, root: digest.root }, k, value, proof);
       check(value === null || r.present, 'value');
-      if (trusted) {
-        check(version <= trusted.version, 'history entry newer than the trusted digest');
+      const provable = trusted !== undefined && version <= trusted.version;
+      if (provable) {
         const inc = await this.#request(`/v1/digest/inclusion?version=${version}&at=${trusted.version}&tid=${t}`);
-        check(hashHex(inc.root, 'root') === digest.root, 'inclusion root');
-        await verifyInclusion(trusted, { tid: t, version, root: digest.root }, parsing(() => fromHex(inc.proof_hex, 'proof_hex')));
+        check(parsing(() => hashHex(inc.root, 'root')) === digest.root, 'inclusion root');
+        const index = await verifyInclusion(trusted, { tid: t, version, root: digest.root }, parsing(() => fromHex(inc.proof_hex, 'proof_hex')));
+        // The entry's digest names its own place in the history, and its history root is a prefix of the trusted.
+        check(BigInt(index) === digest.history_len - 1n, 'the entry is not where its digest says in the history');
+        if (digest.history_len !== trusted.history_len) {
+          const c = await this.#request(`/v1/digest/consistency?from=${version}&to=${trusted.version}&tid=${t}`);
+          await verifyConsistency(digest, trusted, parsing(() => fromHex(c.proof_hex, 'proof_hex')));
+        } else {
+          check(digest.history_root === trusted.history_root, 'history root');
+        }
       }
       this.#observe(digest, true);
-      out.push({ version, value, digest, trusted: trusted !== undefined });
+      out.push({ version, value, digest, trusted: provable });
     }
+    // The cursor goes on from the last entry; without entries there is nothing to go on from.
+    check(next === undefined || (out.length > 0 && next === prev), 'next');
+    if (next !== undefined) out.next = next;
     return out;
   }
 
@@ -237,8 +277,8 @@ export class LetusClient {
     const q = version === undefined ? '' : `/${toU64(version)}`;
     const a = await this.#request(`/v1/digest${q}`);
     const ds = parsing(() => a.digests.map(digestFromJson));
-    const v = version === undefined ? undefined : toU64(version);
-    check(ds.every((d) => v === undefined || d.version === v), 'a digest of another version');
+    const v = version === undefined ? parsing(() => toU64(a.version)) : toU64(version);
+    check(ds.every((d) => d.version === v), 'a digest of another version');
     check(new Set(ds.map((d) => d.tid)).size === ds.length, 'two digests of one trie');
     for (const d of ds) this.#observe(d);
     return ds;

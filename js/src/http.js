@@ -15,8 +15,40 @@ export async function readCapped(res, max, signal) {
     throw new LetusVerifyError('too_large', `an answer of ${declared} bytes; at most ${max} are read`);
   }
   if (!res.body || typeof res.body.getReader !== 'function') {
-    // A response without a stream (some fetch implementations): read whole, then measured.
-    const b = new Uint8Array(await res.arrayBuffer());
+    if (res.body && typeof res.body[Symbol.asyncIterator] === 'function') {
+      // A Node stream (node-fetch, cross-fetch): counted chunk by chunk like a web stream.
+      const parts = [];
+      let n = 0;
+      const body = res.body;
+      const onAbort = () => body.destroy && body.destroy();
+      if (signal) signal.addEventListener('abort', onAbort);
+      try {
+        for await (const chunk of body) {
+          if (signal && signal.aborted) throw new Error('aborted');
+          const c = chunk instanceof Uint8Array ? chunk : new TextEncoder().encode(String(chunk));
+          n += c.length;
+          if (n > max) {
+            onAbort();
+            throw new LetusVerifyError('too_large', `an answer above ${max} bytes`);
+          }
+          parts.push(c);
+        }
+        if (signal && signal.aborted) throw new Error('aborted');
+      } finally {
+        if (signal) signal.removeEventListener('abort', onAbort);
+      }
+      return concat(parts);
+    }
+    // No stream at all: read whole (raced against the signal, so a stalled body still ends), then measured.
+    const aborted = signal
+      ? new Promise((_, reject) => {
+          if (signal.aborted) reject(new Error('aborted'));
+          signal.addEventListener('abort', () => reject(new Error('aborted')));
+        })
+      : undefined;
+    if (aborted) aborted.catch(() => {});
+    const whole = res.arrayBuffer();
+    const b = new Uint8Array(await (aborted ? Promise.race([whole, aborted]) : whole));
     if (b.length > max) throw new LetusVerifyError('too_large', `an answer above ${max} bytes`);
     return b;
   }

@@ -14,7 +14,7 @@ export type ErrorCode =
   | 'history_index_out_of_range' | 'history_proof_length' | 'history_root_mismatch'
   | 'wrong_snapshot' | 'outside_chunk' | 'chunk_mismatch'
   | 'answer_mismatch' | 'finished' | 'fork' | 'rollback' | 'checkpoint_conflict' | 'timeout'
-  | 'aborted' | 'unsupported' | 'worker_error';
+  | 'aborted' | 'unsupported' | 'worker_error' | 'network';
 
 export class LetusVerifyError extends Error {
   constructor(code: string, message?: string, options?: { cause?: unknown });
@@ -249,11 +249,16 @@ export class LetusClient {
     keys: BytesLike[],
     options?: { version?: U64Like; trustedRoot?: BytesLike },
   ): Promise<{ tid: number; version: bigint; entries: { key: Uint8Array; value: Uint8Array | null }[]; digest: Digest; trusted: boolean }>;
+  /**
+   * A key's past values, newest first, each proved at its version; with `trustedDigest`, the entries at or below
+   * its version are also proved to be in its history (`trusted: true`). `next` is set when older entries exist:
+   * pass it as `before`. A node can leave entries out (each entry is proved, the list is not).
+   */
   history(
     tid: number,
     key: BytesLike,
-    options?: { limit?: U64Like; trustedDigest?: DigestLike },
-  ): Promise<{ version: bigint; value: Uint8Array | null; digest: Digest; trusted: boolean }[]>;
+    options?: { limit?: U64Like; before?: U64Like; trustedDigest?: DigestLike },
+  ): Promise<{ version: bigint; value: Uint8Array | null; digest: Digest; trusted: boolean }[] & { next?: bigint }>;
   digests(version?: U64Like): Promise<Digest[]>;
   /**
    * Proves that `older`'s history is a prefix of the node's history at `toVersion` (default latest), and that the

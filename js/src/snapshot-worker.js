@@ -60,7 +60,9 @@ self.onmessage = async (ev) => {
     const inWorker = typeof WorkerGlobalScope === 'function' && self instanceof WorkerGlobalScope;
     self.postMessage({ type: 'done', entries, pairs, total: String(sv.pairs), bytes, inWorker });
   } catch (e) {
-    self.postMessage({ type: 'error', code: (e && e.code) || 'worker_error', status: e && e.status, message: String((e && e.message) || e) });
+    // Only a string code is a letus code (a DOMException's `code` is a number); a failed fetch is `network`.
+    const code = e && typeof e.code === 'string' ? e.code : e instanceof TypeError ? 'network' : 'worker_error';
+    self.postMessage({ type: 'error', code, status: e && e.status, message: String((e && e.message) || e) });
   } finally {
     if (sv) sv.free();
   }

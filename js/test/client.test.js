@@ -224,25 +224,92 @@ async function historyFixture() {
     const hs = await path(index, leaves.slice(0, size));
     return '0103' + le(index) + le(size) + toHex(Uint8Array.of(hs.length)) + hs.join('');
   };
+  // RFC 9162 §2.1.4.1 SUBPROOF: the proof that the first `m` leaves are a prefix of `ls`.
+  async function subproof(m, ls, whole) {
+    if (m === ls.length) return whole ? [] : [await mth(ls)];
+    let k = 1;
+    while (k * 2 < ls.length) k *= 2;
+    return m <= k
+      ? [...(await subproof(m, ls.slice(0, k), whole)), await mth(ls.slice(k))]
+      : [...(await subproof(m - k, ls.slice(k), false)), await mth(ls.slice(0, k))];
+  }
+  const consistencyHex = async (old, size) => {
+    const hs = await subproof(old, leaves.slice(0, size), true);
+    return '0104' + le(old) + le(size) + toHex(Uint8Array.of(hs.length)) + hs.join('');
+  };
   const trusted = digest(6, roots[5], 6, await mth(leaves));
   const digestAt = async (v) => digest(v, roots[v - 1], v, await mth(leaves.slice(0, v)));
-  return { trusted, inclusionHex, digestAt };
+  // The routes a trusted history of entries 5 and 2 asks for (at 6).
+  const trustedRoutes = async () => ({
+    '/v1/digest/inclusion?version=5&at=6&tid=0': [200, { tid: 0, version: 5, at: trusted, root: ROOT, proof: null, proof_hex: await inclusionHex(4, 6) }],
+    '/v1/digest/inclusion?version=2&at=6&tid=0': [200, { tid: 0, version: 2, at: trusted, root: ROOT, proof: null, proof_hex: await inclusionHex(1, 6) }],
+    '/v1/digest/consistency?from=5&to=6&tid=0': [200, { tid: 0, proof_hex: await consistencyHex(5, 6) }],
+    '/v1/digest/consistency?from=2&to=6&tid=0': [200, { tid: 0, proof_hex: await consistencyHex(2, 6) }],
+  });
+  return { trusted, inclusionHex, consistencyHex, digestAt, trustedRoutes };
 }
 
 describe('LetusClient.history', () => {
   it('verifies each entry against its digest, and against a trusted digest with inclusion proofs', async () => {
-    const { trusted, inclusionHex, digestAt } = await historyFixture();
+    const { trusted, digestAt, trustedRoutes } = await historyFixture();
     const entry = async (v) => ({ version: v, value: VALUE, proof_hex: inc.proof, digest: await digestAt(v) });
     const routes = {
       [`/v1/tries/0/keys/${KEY}/history?proofs=true&limit=10`]: [200, { tid: 0, key: KEY, entries: [await entry(5), await entry(2)] }],
-      '/v1/digest/inclusion?version=5&at=6&tid=0': [200, { tid: 0, version: 5, at: trusted, root: ROOT, proof: null, proof_hex: await inclusionHex(4, 6) }],
-      '/v1/digest/inclusion?version=2&at=6&tid=0': [200, { tid: 0, version: 2, at: trusted, root: ROOT, proof: null, proof_hex: await inclusionHex(1, 6) }],
+      ...(await trustedRoutes()),
     };
     const plain = await client(routes).history(0, KEY, { limit: 10 });
     assert.deepEqual(plain.map((e) => e.version), [5n, 2n]);
     assert.ok(plain.every((e) => !e.trusted));
+    assert.equal(plain.next, undefined);
     const checked = await client(routes).history(0, KEY, { limit: 10, trustedDigest: trusted });
     assert.ok(checked.every((e) => e.trusted && toHex(e.value) === VALUE));
+  });
+  it('checks each trusted entry digest: its place in the history (answer_mismatch) and its history root', async () => {
+    const { trusted, digestAt, trustedRoutes } = await historyFixture();
+    const path = `/v1/tries/0/keys/${KEY}/history?proofs=true`;
+    const with5 = async (d) => ({ [path]: [200, { tid: 0, key: KEY, entries: [{ version: 5, value: VALUE, proof_hex: inc.proof, digest: d }] }], ...(await trustedRoutes()) });
+    const d5 = await digestAt(5);
+    // The right root at the right place, but another history length, or another history root.
+    await rejects(client(await with5({ ...d5, history_len: 4 })).history(0, KEY, { trustedDigest: trusted }), 'answer_mismatch');
+    await rejects(client(await with5({ ...d5, history_root: HR })).history(0, KEY, { trustedDigest: trusted }), 'history_root_mismatch');
+    assert.ok((await client(await with5(d5)).history(0, KEY, { trustedDigest: trusted }))[0].trusted);
+  });
+  it('leaves entries newer than the trusted digest untrusted instead of failing', async () => {
+    const { digestAt, inclusionHex, consistencyHex } = await historyFixture();
+    const path = `/v1/tries/0/keys/${KEY}/history?proofs=true`;
+    const entry = async (v) => ({ version: v, value: VALUE, proof_hex: inc.proof, digest: await digestAt(v) });
+    // Trusted at 4 (a digest of the first 4 entries): the entry at 5 is newer.
+    const routes = {
+      [path]: [200, { tid: 0, key: KEY, entries: [await entry(5), await entry(2)] }],
+      '/v1/digest/inclusion?version=2&at=4&tid=0': [200, { tid: 0, root: ROOT, proof_hex: await inclusionHex(1, 4) }],
+      '/v1/digest/consistency?from=2&to=4&tid=0': [200, { tid: 0, proof_hex: await consistencyHex(2, 4) }],
+    };
+    const r = await client(routes).history(0, KEY, { trustedDigest: await digestAt(4) });
+    assert.deepEqual(r.map((e) => [e.version, e.trusted]), [[5n, false], [2n, true]]);
+  });
+  it('pages with next and before, and refuses a next that does not follow the last entry', async () => {
+    const { digestAt } = await historyFixture();
+    const entry = async (v) => ({ version: v, value: VALUE, proof_hex: inc.proof, digest: await digestAt(v) });
+    const first = `/v1/tries/0/keys/${KEY}/history?proofs=true&limit=1`;
+    const second = `/v1/tries/0/keys/${KEY}/history?proofs=true&limit=1&before=5`;
+    const routes = {
+      [first]: [200, { tid: 0, key: KEY, entries: [await entry(5)], next: 5 }],
+      [second]: [200, { tid: 0, key: KEY, entries: [await entry(2)] }],
+    };
+    const p1 = await client(routes).history(0, KEY, { limit: 1 });
+    assert.equal(p1.next, 5n);
+    const p2 = await client(routes).history(0, KEY, { limit: 1, before: p1.next });
+    assert.deepEqual(p2.map((e) => e.version), [2n]);
+    assert.equal(p2.next, undefined);
+    await rejects(client({ [first]: [200, { tid: 0, key: KEY, entries: [await entry(5)], next: 4 }] }).history(0, KEY, { limit: 1 }), 'answer_mismatch');
+    await rejects(client({ [first]: [200, { tid: 0, key: KEY, entries: [], next: 4 }] }).history(0, KEY, { limit: 1 }), 'answer_mismatch');
+    // An entry at or above `before` is not an answer to the question.
+    await rejects(client({ [second]: [200, { tid: 0, key: KEY, entries: [await entry(5)] }] }).history(0, KEY, { limit: 1, before: 5 }), 'answer_mismatch');
+  });
+  it('reads the empty key with POST /history', async () => {
+    const fetch = fakeFetch({ '/v1/tries/0/history': [200, { tid: 0, key: '', entries: [] }] });
+    assert.deepEqual([...(await new LetusClient('http://node.test', { fetch }).history(0, ''))], []);
+    assert.deepEqual(JSON.parse(fetch.calls[0].init.body), { key: '', proofs: true });
   });
   it('rejects an entry whose root is not in the trusted history (history_root_mismatch)', async () => {
     const { trusted, inclusionHex } = await historyFixture();
