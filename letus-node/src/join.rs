@@ -597,6 +597,8 @@ fn fetch_chunks_inner(
                 }
             }
             let mut last_code = "sources_failed";
+            // Attempts whose answer arrived and did not verify against this entry.
+            let mut refuted = 0;
             let mut done = false;
             for attempt in 0..cfg.attempts.max(1) {
                 let s = &sources[(i + attempt) % sources.len()];
@@ -652,6 +654,7 @@ fn fetch_chunks_inner(
                     }
                     Err(e) => {
                         last_code = e.code();
+                        refuted += 1;
                         let f = format!(
                             "chunk {i} (depth {}, prefix {}) from {s}: {}: {e}",
                             item.depth,
@@ -664,8 +667,22 @@ fn fetch_chunks_inner(
                 }
             }
             if !done {
+                let attempts = cfg.attempts.max(1);
+                // Every source's chunk failed against this entry: the entry itself may be what is wrong (a
+                // manifest can verify against the root with an entry no chunk satisfies), and a saved manifest
+                // would fail the same way on every restart. It goes with its chunks; the next run fetches it again.
+                let suspect = refuted == attempts && attempts > 1;
+                if suspect {
+                    forget_manifest(dir);
+                }
                 *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(JoinError::Verify {
-                    what: format!("chunk {i} (after {} tries)", cfg.attempts.max(1)),
+                    what: if suspect {
+                        format!(
+                            "chunk {i} (after {attempts} tries, each answered and none verified: the manifest's entry may be wrong; the manifest was removed, run the join again with another source first)"
+                        )
+                    } else {
+                        format!("chunk {i} (after {attempts} tries)")
+                    },
                     code: last_code,
                 });
                 stop.store(true, Ordering::Relaxed);

@@ -225,13 +225,17 @@ impl ExportReader {
                     if value_len > self.limits.max_value_bytes {
                         return Err(too_large("value", value_len, self.limits.max_value_bytes));
                     }
-                    if r.remaining() < key_len + value_len {
+                    // Both lengths are within limits a caller may raise near usize::MAX (on wasm32 too).
+                    let Some(len) = key_len.checked_add(value_len) else {
+                        return Err(too_large("record", usize::MAX, self.limits.max_value_bytes));
+                    };
+                    if r.remaining() < len {
                         return Ok(None);
                     }
                     let key = r.take(key_len)?;
                     let value = r.take(value_len)?;
                     self.verifier.update(key, value)?;
-                    self.pos += RECORD_HEAD + key_len + value_len;
+                    self.pos += RECORD_HEAD + len;
                     return Ok(Some((key, value)));
                 }
                 TRAILER => {

@@ -184,11 +184,14 @@ impl Manifest {
                 found: (self.tid, self.version),
             });
         }
+        // SPEC.md §12.2 step 2: the sum of all counts first, then the order (one answer for every input).
         let mut total: u64 = 0;
-        for (i, it) in self.items.iter().enumerate() {
+        for it in &self.items {
             total = total.checked_add(it.count).ok_or(SnapshotError::Decode(
                 DecodeError::Malformed("snapshot pair counts overflow"),
             ))?;
+        }
+        for (i, it) in self.items.iter().enumerate() {
             if let Some(prev) = i.checked_sub(1).and_then(|p| self.items.get(p)) {
                 if !before(prev, it) {
                     return Err(SnapshotError::OutOfOrder(i as u64));
@@ -671,6 +674,32 @@ mod tests {
             version: 9,
             root,
             items: b.finish(),
+        }
+    }
+
+    /// SPEC.md §12.2 step 2: an overflowing sum of counts is `malformed` even when an entry before the overflow
+    /// is out of order (the sum is checked over the whole list first, as an outside implementation does).
+    #[test]
+    fn counts_that_overflow_are_malformed_before_the_order_is_checked() {
+        let item = |nibble: u8, count: u64| SnapshotItem {
+            depth: 1,
+            prefix: {
+                let mut p = [0u8; 32];
+                p[0] = nibble << 4;
+                p
+            },
+            count,
+            hash: Hash([nibble + 1; 32]),
+        };
+        let m = Manifest {
+            tid: 3,
+            version: 9,
+            root: EMPTY,
+            items: [item(1, 1 << 63), item(0, 1), item(2, 1 << 63)].to_vec(),
+        };
+        match m.verify(3, 9, &EMPTY) {
+            Err(SnapshotError::Decode(DecodeError::Malformed(_))) => {}
+            other => panic!("{:?}", other.map(|_| ())),
         }
     }
 
