@@ -567,7 +567,9 @@ def decode_manifest(b):
         depth, prefix = read_position(c)
         count = c.u64()
         fail_if(count == 0, "malformed")
-        items.append((depth, prefix, count, c.take(32)))
+        h = c.take(32)
+        fail_if(h == EMPTY, "non_canonical")
+        items.append((depth, prefix, count, h))
     c.end()
     return tid, version, root, items
 

@@ -1373,6 +1373,14 @@ fn snapshots() -> Vec<Value> {
         &root,
         Err("root_mismatch"),
     ));
+    let mut empty = m.clone();
+    empty.items[0].hash = EMPTY;
+    cases.push(manifest(
+        "an entry with the empty hash",
+        &empty.encode(),
+        &root,
+        Err("non_canonical"),
+    ));
     let mut zero = enc.clone();
     let count_at = MANIFEST_HEAD_LEN + 1 + 32;
     zero[count_at..count_at + 8].copy_from_slice(&0u64.to_le_bytes());

@@ -60,6 +60,13 @@ impl SnapshotItem {
     fn decode(r: &mut Reader<'_>) -> Result<SnapshotItem, DecodeError> {
         let (depth, prefix, count) = read_position(r)?;
         let hash = r.hash()?;
+        // No subtree of one pair or more hashes to EMPTY; an entry that says so would verify against the root (a
+        // branch folds an EMPTY child as an absent one) while no chunk could ever match it.
+        if hash == crate::EMPTY {
+            return Err(DecodeError::NonCanonical(
+                "snapshot entry with the empty hash",
+            ));
+        }
         Ok(SnapshotItem {
             depth,
             prefix,
