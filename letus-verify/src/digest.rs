@@ -1,6 +1,7 @@
 //! Digests and digest verification (SPEC.md §7): `(tid, version, root)` plus the history commitment, and the
 //! checker that compares digests from several sources and trusted checkpoints to detect forks and rollbacks.
 
+use std::collections::BTreeMap;
 use std::string::String;
 use std::vec::Vec;
 
@@ -176,10 +177,19 @@ impl Report {
 }
 
 /// Digest verification: compares digests from sources and checkpoints (SPEC.md §7.1).
+///
+/// A digest can only conflict with, or equal, digests of its trie at its version or with its history length, so
+/// the digests seen are indexed by those: an observation costs a few map lookups however many were seen (a light
+/// client observes one or more a block, for as long as it runs).
 #[derive(Clone, Debug, Default)]
 pub struct DigestChecker {
+    /// Every distinct `(digest, origin)` seen, in arrival order.
     known: Vec<(Digest, SourceId)>,
-    newest: Vec<(String, TrieId, Digest)>,
+    /// Positions in `known` by `(tid, version)` and by `(tid, history_len)`, ascending.
+    by_version: BTreeMap<(TrieId, Version), Vec<usize>>,
+    by_len: BTreeMap<(TrieId, u64), Vec<usize>>,
+    /// The newest digest of each source and trie.
+    newest: BTreeMap<(String, TrieId), Digest>,
 }
 
 impl DigestChecker {
@@ -199,12 +209,23 @@ impl DigestChecker {
     }
 
     fn observe_from(&mut self, origin: SourceId, d: &Digest) -> Report {
+        let same_version = self
+            .by_version
+            .get(&(d.tid, d.version))
+            .map_or(&[][..], Vec::as_slice);
+        let same_len = self
+            .by_len
+            .get(&(d.tid, d.history_len))
+            .map_or(&[][..], Vec::as_slice);
+        // The digests it could conflict with, in arrival order (each once).
+        let mut candidates: Vec<usize> = same_version.iter().chain(same_len).copied().collect();
+        candidates.sort_unstable();
+        candidates.dedup();
         let conflicts = || {
-            self.known.iter().filter(|(k, _)| {
-                k.tid == d.tid
-                    && (k.version == d.version || k.history_len == d.history_len)
-                    && k != d
-            })
+            candidates
+                .iter()
+                .map(|&i| &self.known[i])
+                .filter(|(k, _)| k != d)
         };
         let report = if let Some((k, _)) =
             conflicts().find(|(_, o)| *o == SourceId::Checkpoint || origin == SourceId::Checkpoint)
@@ -225,23 +246,30 @@ impl DigestChecker {
             .filter(|p| d.version < p.version || d.history_len < p.history_len)
         {
             Report::Rollback { previous: prev }
-        } else if self.known.iter().any(|(k, _)| k == d) {
+        } else if same_version.iter().any(|&i| self.known[i].0 == *d) {
             Report::Agreement
         } else {
             Report::New
         };
-        if !self.known.iter().any(|(k, o)| k == d && *o == origin) {
+        if !same_version
+            .iter()
+            .any(|&i| self.known[i].0 == *d && self.known[i].1 == origin)
+        {
+            let at = self.known.len();
             self.known.push((*d, origin.clone()));
+            self.by_version
+                .entry((d.tid, d.version))
+                .or_default()
+                .push(at);
+            self.by_len
+                .entry((d.tid, d.history_len))
+                .or_default()
+                .push(at);
         }
         if let SourceId::Source(name) = origin {
-            match self
-                .newest
-                .iter_mut()
-                .find(|(n, t, _)| *n == name && *t == d.tid)
-            {
-                Some((_, _, newest)) if d.version >= newest.version => *newest = *d,
-                Some(_) => {}
-                None => self.newest.push((name, d.tid, *d)),
+            let newest = self.newest.entry((name, d.tid)).or_insert(*d);
+            if d.version >= newest.version {
+                *newest = *d;
             }
         }
         report
@@ -251,10 +279,7 @@ impl DigestChecker {
         let SourceId::Source(name) = origin else {
             return None;
         };
-        self.newest
-            .iter()
-            .find(|(n, t, _)| n == name && *t == tid)
-            .map(|(_, _, d)| *d)
+        self.newest.get(&(name.clone(), tid)).copied()
     }
 
     /// The newest digest `source` reported for `tid`.
