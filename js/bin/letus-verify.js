@@ -13,6 +13,7 @@
 // an error answer of the node.
 import { createReadStream } from 'node:fs';
 import { FullVerifier, LetusNodeError, LetusVerifyError } from '../src/index.js';
+import { errorOf, readCapped } from '../src/http.js';
 
 const USAGE = `usage:
   letus-verify audit --url URL --tid T --version V --root HEX [options]
@@ -181,18 +182,16 @@ async function openSource(flags, tid, version, idleMs) {
     clearTimeout(headersTimer);
   }
   if (!res.ok) {
-    const text = await res.text().catch(() => '');
-    let code = 'http_error';
-    let message = text.slice(0, 500);
-    try {
-      const body = JSON.parse(text);
-      if (body && body.error && typeof body.error.code === 'string') {
-        code = body.error.code;
-        message = String(body.error.message);
-      }
-    } catch {
-      // a plain-text error
-    }
+    // At most 64 KiB of an error answer, within the idle timeout: a node that trickles its error must not hold
+    // the CLI.
+    const errCtrl = new AbortController();
+    const errTimer = idleMs ? setTimeout(() => errCtrl.abort(), idleMs) : undefined;
+    const text = await readCapped(res, 64 * 1024, errCtrl.signal)
+      .then((b) => new TextDecoder().decode(b))
+      .catch(() => '')
+      .finally(() => clearTimeout(errTimer));
+    const { code, message: said } = errorOf(text);
+    const message = said.slice(0, 500);
     const err = new LetusNodeError(res.status, code, message);
     throw new CliError(code, err.message, EXIT_NETWORK, { status: res.status, url });
   }

@@ -146,7 +146,9 @@ export class LetusClient {
 
   /**
    * `GET /v1/tries/{tid}/keys/{key}`: the value of `key` (bytes or hex) with its proof verified.
-   * Options: `version` (default latest), `trustedRoot` (hex or bytes: the root you trust for that version).
+   * Options: `version` (default latest), `trustedRoot` (hex or bytes: the root you trust for that version). With
+   * `trustedRoot` and no `version`, the value is proved against that root, but the `version` in the result is the
+   * node's word: give `version` to have it asked for and checked too.
    * Resolves to `{tid, version, key, value, present, digest, trusted}`.
    */
   async getVerified(tid, key, { version, trustedRoot } = {}) {

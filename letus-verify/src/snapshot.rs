@@ -437,9 +437,12 @@ impl Chunk {
     /// Decodes a chunk, checking sizes against `limits` before anything is allocated for them.
     pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Chunk, DecodeError> {
         let (head, mut records) = ChunkHead::decode(bytes, limits)?;
+        // A pair costs far more decoded (two vectors) than its 8-byte head: room for what the count claims is
+        // made only up to a bound, and the rest as records are really read.
         let cap = usize::try_from(head.count)
             .unwrap_or(usize::MAX)
-            .min(records.r.remaining() / RECORD_HEAD);
+            .min(records.r.remaining() / RECORD_HEAD)
+            .min(1 << 16);
         let mut pairs = Vec::with_capacity(cap);
         while let Some((k, v)) = records.next_record()? {
             pairs.push((k.to_vec(), v.to_vec()));
