@@ -4,6 +4,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { DigestMonitor, LetusClient, LetusNodeError, LetusVerifyError, historyLeaf, historyRoot, parseJson, toHex } from '../src/index.js';
+import { errorOf } from '../src/http.js';
 
 const vec = (f) => parseJson(readFileSync(new URL(`../../letus-verify/vectors/${f}`, import.meta.url), 'utf8'));
 const proofs = vec('proofs.json').cases;
@@ -422,10 +423,36 @@ describe('LetusClient with keys too long for a URL', () => {
 
 describe('errorOf (the error answers the client and the snapshot worker read)', () => {
   it('takes the code and message of a node error, and the text itself of anything else', async () => {
-    const { errorOf } = await import('../src/http.js');
     assert.deepEqual(errorOf('{"error":{"code":"pruned","message":"version 3 is pruned"}}'), { code: 'pruned', message: 'version 3 is pruned' });
     assert.deepEqual(errorOf('Bad Gateway'), { code: 'http_error', message: 'Bad Gateway' });
     assert.deepEqual(errorOf('{"error":{"code":5}}'), { code: 'http_error', message: '{"error":{"code":5}}' });
     assert.deepEqual(errorOf('null'), { code: 'http_error', message: 'null' });
+  });
+});
+
+describe('LetusClient transport limits', () => {
+  it('refuses a timeoutMs a timer cannot hold, and takes Infinity for none', () => {
+    assert.throws(() => new LetusClient('http://node.test', { fetch: async () => {}, timeoutMs: 2 ** 31 }), TypeError);
+    new LetusClient('http://node.test', { fetch: async () => {}, timeoutMs: Infinity });
+  });
+  it('gives a failed fetch the code network', async () => {
+    const down = async () => {
+      throw new TypeError('fetch failed');
+    };
+    await rejects(new LetusClient('http://node.test', { fetch: down }).getVerified(0, KEY, { version: 5 }), 'network');
+  });
+  it('counts a Node-stream body (node-fetch) against maxAnswerBytes', async () => {
+    const { Readable } = await import('node:stream');
+    const { readCapped } = await import('../src/http.js');
+    const res = (parts) => ({ headers: { get: () => null }, body: Readable.from(parts.map((p) => Buffer.from(p))) });
+    assert.equal(new TextDecoder().decode(await readCapped(res(['ab', 'cd']), 4)), 'abcd');
+    await rejects(readCapped(res(['ab', 'cd', 'e']), 4), 'too_large');
+  });
+  it('keeps 500 characters of a long error answer', async () => {
+    const long = 'x'.repeat(10_000);
+    await assert.rejects(client({ [GET]: [500, { error: { code: 'internal', message: long } }] }).getVerified(0, KEY, { version: 5 }), (e) => {
+      assert.ok(e instanceof LetusNodeError && e.code === 'internal' && e.message.length < 700, e.message.length);
+      return true;
+    });
   });
 });

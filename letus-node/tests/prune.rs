@@ -252,8 +252,7 @@ fn verify_latest(dir: &std::path::Path, digest: &Value) {
 /// and value. The test prints how many kills left a staged base file or an unfinished value-log compaction
 /// behind. Every restart also reads back each block the block store still holds (at least the newest 5), with its
 /// segments sealed by block count in odd rounds and by bytes too in even ones, and checks the tail is cut as the
-/// chain grows. `LETUS_PRUNE_KILLS` sets the number
-/// of kills (default 12).
+/// chain grows. `LETUS_PRUNE_KILLS` sets the number of kills (default 12).
 #[test]
 fn sigkills_while_the_node_prunes_lose_nothing_acknowledged() {
     let kills: u64 = std::env::var("LETUS_PRUNE_KILLS")
