@@ -928,7 +928,7 @@ impl Node {
         let budget = self.limits.max_body_bytes;
         let (mut entries, mut bytes, mut cursor) = (Vec::new(), 0usize, before);
         let next = loop {
-            let want = (limit - entries.len()).min(HISTORY_READ_AHEAD);
+            let want = limit.saturating_sub(entries.len()).min(HISTORY_READ_AHEAD);
             let page = store.history(tid, &key, cursor, want)?;
             for h in page.entries {
                 let (proof_hex, digest) = if proofs {
