@@ -1010,25 +1010,39 @@ impl Engine {
         self.flushing = Some(Flushing {
             table,
             max_version: max,
-            handle,
+            handle: Some(handle),
             failed,
         });
         Ok(())
     }
 
-    /// Waits for the background flush, if any, and installs its index file.
+    /// Waits for the background flush, if any, and installs its index file. A flush that failed stays where it
+    /// is: its frozen table keeps answering reads of its versions (nothing else holds their page records until the
+    /// value log is replayed at the next open), it counts as failed, and every later call answers `Poisoned`.
     pub(super) fn finish_flush(&mut self) -> Result<()> {
-        let Some(f) = self.flushing.take() else {
+        let Some(f) = self.flushing.as_mut() else {
             return Ok(());
         };
-        let file = f.handle.join().map_err(|_| {
+        let Some(handle) = f.handle.take() else {
+            return Err(Error::Poisoned);
+        };
+        let joined = handle.join().map_err(|_| {
             Error::io(
                 &self.dir,
                 std::io::Error::other("the flush thread panicked"),
             )
-        })??;
-        self.files.push(Arc::new(file));
-        Ok(())
+        });
+        match joined.and_then(|r| r) {
+            Ok(file) => {
+                self.flushing = None;
+                self.files.push(Arc::new(file));
+                Ok(())
+            }
+            Err(e) => {
+                f.failed.store(true, std::sync::atomic::Ordering::Release);
+                Err(e)
+            }
+        }
     }
 
     /// Whether the next publish is likely to start a flush while the previous one is still being written, so that
@@ -1037,7 +1051,7 @@ impl Engine {
         let bound = std::time::Duration::from_millis(self.opts.max_replay_millis);
         self.flushing
             .as_ref()
-            .is_some_and(|f| !f.handle.is_finished())
+            .is_some_and(|f| f.handle.as_ref().is_some_and(|h| !h.is_finished()))
             && (self.mem.bytes() >= self.memtable_limit / 16 * 15 || self.unflushed_work >= bound)
     }
 
@@ -1053,7 +1067,7 @@ impl Engine {
         if self
             .flushing
             .as_ref()
-            .is_some_and(|f| f.handle.is_finished())
+            .is_some_and(|f| f.handle.as_ref().is_none_or(|h| h.is_finished()))
         {
             self.finish_flush()?;
         }
@@ -1089,7 +1103,8 @@ pub(super) struct Flushing {
     pub(super) table: Arc<MemIndexTable>,
     /// The highest version its records may have.
     pub(super) max_version: Version,
-    pub(super) handle: std::thread::JoinHandle<Result<IndexFile>>,
+    /// `None` once joined: only a failed flush is kept after that.
+    pub(super) handle: Option<std::thread::JoinHandle<Result<IndexFile>>>,
     /// Set by the thread when the flush failed (before the next commit joins it and sees the error).
     pub(super) failed: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -1098,8 +1113,8 @@ impl Drop for Engine {
     /// A store dropped while a flush runs waits for it: the directory lock is released with the store, and another
     /// opener must not find a half-written temporary file it would delete under the writer.
     fn drop(&mut self) {
-        if let Some(f) = self.flushing.take() {
-            let _ = f.handle.join();
+        if let Some(h) = self.flushing.take().and_then(|f| f.handle) {
+            let _ = h.join();
         }
     }
 }

@@ -937,8 +937,14 @@ impl Store {
         }
         let end = self.vdls.end();
         let mut engine = self.engine_mut()?;
-        engine.flush(end)?;
-        engine.finish_flush()
+        let r = engine.flush(end).and_then(|()| engine.finish_flush());
+        drop(engine);
+        // As a failed commit does: the index file of those versions is not written, and only an open (which
+        // replays the value log) writes it again.
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
     }
 
     /// Flushes and closes. Dropping a store without `close` loses nothing either: the value log is replayed.
