@@ -22,16 +22,39 @@ impl Shared {
     /// name. `None` when no index file of the store has that name, or when it is already consolidated (its
     /// generation is above 0).
     pub(super) fn consolidate(&self, name: &str) -> Result<Option<String>> {
+        self.consolidate_with(name, false)
+    }
+
+    /// [`Shared::consolidate`]; with `or_busy`, answers a `WouldBlock` I/O error at once instead of waiting while
+    /// a prune, a value-log GC pass or another consolidation runs. The tier mover asks so: it holds its own lock
+    /// over moves, which a prune or GC pass needs to remove a file that was moved, so waiting here would be a
+    /// deadlock; it tries the file again in its next pass.
+    pub(super) fn consolidate_with(&self, name: &str, or_busy: bool) -> Result<Option<String>> {
         let Some((no, generation)) = crate::lsvps::parse_index_file_name(name) else {
             return Ok(None);
         };
         if generation > 0 {
             return Ok(None);
         }
-        let _one_at_a_time = self
-            .maintenance
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let _one_at_a_time = if or_busy {
+            match self.maintenance.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    return Err(Error::io(
+                        self.engine().dir.join("lsvps").join(name),
+                        std::io::Error::new(
+                            std::io::ErrorKind::WouldBlock,
+                            "a prune, a value-log GC pass or a consolidation is running; tried again next pass",
+                        ),
+                    ));
+                }
+            }
+        } else {
+            self.maintenance
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
         let (file, lower, dir, counters, block_cache) = {
             let e = self.engine();
             let Some(i) = e
@@ -198,11 +221,13 @@ impl Reader {
 
     /// What [`crate::storage::tiered::Tiered::set_before_cold`] takes: consolidates an index file before it goes
     /// to the cold tier, so that a page there costs one ranged GET. Holds the store weakly (the tiers are part of
-    /// the store's options; a strong reference would keep both alive forever).
+    /// the store's options; a strong reference would keep both alive forever). While a prune, a GC pass or another
+    /// consolidation runs it fails at once (`WouldBlock`) instead of waiting, and the mover tries again next pass:
+    /// those hold the store's maintenance lock and need the mover's to remove a file it moved.
     pub fn cold_preparer(&self) -> crate::storage::tiered::PrepareFn {
         let weak = Arc::downgrade(&self.shared);
         Arc::new(move |name: &str| match weak.upgrade() {
-            Some(shared) => shared.consolidate(name),
+            Some(shared) => shared.consolidate_with(name, true),
             None => Ok(None),
         })
     }
