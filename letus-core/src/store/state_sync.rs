@@ -50,31 +50,40 @@ impl View<'_> {
     /// The leaves of the keys of trie `tid` whose values differ between versions `from` and `to`, in path order:
     /// the leaf at `to`, or the one at `from` (for its key) with `false` when the key is gone. A trie that does
     /// not exist at `from` counts as empty there. `None` when there are more than `max`.
-    pub(super) fn change_leaves(
+    /// Appends to `leaves` the changed leaves under child `part` of the root (see [`trie::diff::diff_part`]);
+    /// `false` once there are more than `max` in all.
+    pub(super) fn change_leaves_part(
         &self,
         tid: TrieId,
         from: Version,
         to: Version,
+        part: u8,
         max: usize,
-    ) -> Result<Option<Vec<(Leaf, bool)>>> {
+        leaves: &mut Vec<trie::diff::LeafChange>,
+    ) -> Result<bool> {
         let new = self.engine.root_page(tid, self.exact(to)?)?;
         let old = match self.engine.root_page(tid, self.exact(from)?) {
             Ok(p) => Some(p),
             Err(Error::UnknownTrie(_)) => None,
             Err(e) => return Err(e),
         };
-        let mut leaves = Vec::new();
         // Pages below the roots are compared by their slots, never built.
-        if !trie::diff::diff(
+        trie::diff::diff_part(
             &ScanSource(self.engine),
             tid,
             old.as_deref().map(trie::diff::page_slots),
             Some(trie::diff::page_slots(&new)),
+            Some(part),
             max,
-            &mut leaves,
-        )? {
-            return Ok(None);
-        }
+            leaves,
+        )
+    }
+
+    /// Each change as the leaf to read (`true`: present at `to`, else the deleted key's old leaf).
+    pub(super) fn change_sides(
+        &self,
+        leaves: Vec<trie::diff::LeafChange>,
+    ) -> Result<Vec<(Leaf, bool)>> {
         leaves
             .into_iter()
             .map(|change| match change {
@@ -87,7 +96,6 @@ impl View<'_> {
                 )),
             })
             .collect::<Result<_>>()
-            .map(Some)
     }
 }
 
@@ -210,8 +218,8 @@ impl Snapshot {
     ///
     /// Refused with [`Error::TooManyChanges`] when there are more than `max_changes`, or when the answer's keys
     /// and values take more than `max_bytes` (a key still present counts its whole value-log record, a deleted one
-    /// its key): the walk stops at the limit and no new value is read past it. The engine is held for the walk,
-    /// not while the values are read.
+    /// its key): the walk stops at the limit and no new value is read past it. The engine is held for one
+    /// sixteenth of the walk at a time (the subtree of one child of the root), not while the values are read.
     pub fn changes(
         &self,
         tid: TrieId,
@@ -224,13 +232,20 @@ impl Snapshot {
             max_changes,
             max_bytes,
         };
+        // One part of the root's 16 children per hold of the engine: a commit waiting to publish (and, behind
+        // it, every other reader) waits for one part of the walk, not all of it.
+        let mut changed = Vec::new();
+        for part in 0..16u8 {
+            let complete = self.shared.walk_view(Some(self.version), |v| {
+                v.change_leaves_part(tid, from, to, part, max_changes, &mut changed)
+            })?;
+            if !complete {
+                return Err(too_many);
+            }
+        }
         let (leaves, dir) = self.shared.walk_view(Some(self.version), |v| {
-            v.change_leaves(tid, from, to, max_changes)
-                .map(|l| (l, v.engine.dir.clone()))
+            v.change_sides(changed).map(|l| (l, v.engine.dir.clone()))
         })?;
-        let Some(leaves) = leaves else {
-            return Err(too_many);
-        };
         // The values at `to` are read together (neighbours in one read); a deleted key's old record only for
         // its key, one at a time, so that an old value the answer does not carry is never held with the others.
         let present: Vec<Location> = leaves
@@ -585,9 +600,12 @@ mod tests {
         let records = snap
             .shared
             .walk_view(Some(snap.version), |v| {
-                v.change_leaves(tid, from, to, usize::MAX)
+                let mut changed = Vec::new();
+                for part in 0..16 {
+                    assert!(v.change_leaves_part(tid, from, to, part, usize::MAX, &mut changed)?);
+                }
+                v.change_sides(changed)
             })
-            .unwrap()
             .unwrap();
         // A key still there counts its record; a deleted one its key.
         let bytes: u64 = records

@@ -33,7 +33,26 @@ pub fn diff<S: SlotSource>(
     max: usize,
     out: &mut Vec<LeafChange>,
 ) -> Result<bool> {
+    diff_part(src, tid, old, new, None, max, out)
+}
+
+/// [`diff`] of one part of the pages' subtree: with `Some(c)`, only what lies under child `c` of `old` and `new`
+/// (the whole difference when either is not a branch page, in part 0, and nothing in the other parts). The 16
+/// parts in order give what [`diff`] gives, so that a caller can let go of the engine between them.
+pub fn diff_part<S: SlotSource>(
+    src: &S,
+    tid: TrieId,
+    old: Option<PageSlots<'_>>,
+    new: Option<PageSlots<'_>>,
+    part: Option<u8>,
+    max: usize,
+    out: &mut Vec<LeafChange>,
+) -> Result<bool> {
+    let whole_here = part.is_none_or(|c| c == 0);
     let (Some(o), Some(n)) = (old, new) else {
+        if !whole_here {
+            return Ok(true);
+        }
         return collect_and_merge(
             max,
             out,
@@ -49,6 +68,9 @@ pub fn diff<S: SlotSource>(
     // collecting both sides costs what changed.
     let branch = |p: &PageSlots<'_>| p.2.first().is_some_and(|(s, _)| *s != 0);
     if !branch(&o) || !branch(&n) {
+        if !whole_here {
+            return Ok(true);
+        }
         return collect_and_merge(
             max,
             out,
@@ -56,7 +78,7 @@ pub fn diff<S: SlotSource>(
             |b| page_leaves(src, tid, n, b),
         );
     }
-    for c in 0..16u8 {
+    for c in part.map_or(0..16u8, |c| c..c + 1) {
         let (ol, nl) = (cell(o.2, child_slot(c)), cell(n.2, child_slot(c)));
         let (og, ng) = (grandchildren(o.2, c), grandchildren(n.2, c));
         // A child is a leaf, or a branch of grandchildren, or empty; a branch on both sides is compared cell by
