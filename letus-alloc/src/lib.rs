@@ -52,3 +52,37 @@ fn no_transparent_huge_pages() {
         let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
     }
 }
+
+/// Raises this process's soft limit of open files to its hard limit, and returns the new soft limit (`None` when
+/// it cannot be read or set). A node holds index files, value-log files, block segments and client connections
+/// at once; the usual default soft limit of 1,024 is reached long before the hard one, and a store that cannot
+/// open a file stops taking writes. (Kept here with the other process-wide settings: this crate is the one
+/// that may call libc.)
+pub fn raise_open_file_limit() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit write/read the plain struct passed by pointer, which outlives the calls.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
+            return None;
+        }
+        if l.rlim_cur < l.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: l.rlim_max,
+                rlim_max: l.rlim_max,
+            };
+            // SAFETY: as above.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+                l = raised;
+            }
+        }
+        Some(l.rlim_cur)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}

@@ -46,7 +46,13 @@ pub struct ServerSettings {
     pub stream_idle_timeout: Duration,
     /// After the shutdown signal, connections still open after this long are dropped.
     pub shutdown_timeout: Duration,
+    /// Most connections open at once; past it no new one is accepted (they wait in the listen backlog) until one
+    /// ends, so that connections cannot take the file descriptors the store needs.
+    pub max_connections: usize,
 }
+
+/// The default of [`ServerSettings::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 impl Default for ServerSettings {
     fn default() -> Self {
@@ -54,6 +60,7 @@ impl Default for ServerSettings {
             header_timeout: Duration::from_secs(10),
             stream_idle_timeout: Duration::from_secs(30),
             shutdown_timeout: Duration::from_secs(10),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -84,7 +91,7 @@ pub async fn serve(
             // Finished connections are reaped as they end, so the set holds only the open ones.
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             // `Listener::accept` for TcpListener retries on errors (e.g. too many open files) after a pause.
-            (tcp, _addr) = axum::serve::Listener::accept(&mut listener) => {
+            (tcp, _addr) = axum::serve::Listener::accept(&mut listener), if conns.len() < settings.max_connections => {
                 let io = TokioIo::new(JsonErrors::new(WriteIdle::new(tcp, settings.stream_idle_timeout)));
                 let service = TowerToHyperService::new(app.clone());
                 let mut stop = stop_rx.clone();

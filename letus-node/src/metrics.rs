@@ -14,6 +14,10 @@ pub struct Metrics {
     requests: IntCounterVec,
     latency: HistogramVec,
     commit: Histogram,
+    /// One status read (`/metrics`, `/v1/tiers`) on the blocking pool at a time, its permit held by the blocking
+    /// work itself: the others wait their turn as async tasks, so a flood of them (or of clients that hang up)
+    /// neither fills the blocking pool that block writes use nor piles up work that outlives its clients.
+    pub status_reads: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl Default for Metrics {
@@ -67,6 +71,7 @@ impl Metrics {
             requests,
             latency,
             commit,
+            status_reads: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 

@@ -20,7 +20,7 @@ use serde::Deserialize;
 pub struct ServeArgs {
     /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_replay_millis,
     /// keep_versions, prune_garbage_ratio, vlog_gc_garbage, max_traceable_blocks, block_segment_bytes, max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
-    /// max_concurrent_reads, shutdown_timeout_secs, shard_prefixes).
+    /// max_concurrent_reads, shutdown_timeout_secs, max_connections, shard_prefixes).
     #[arg(long, env = "LETUS_CONFIG")]
     pub config: Option<PathBuf>,
     /// Data directory.
@@ -90,6 +90,10 @@ pub struct ServeArgs {
     /// (default 10).
     #[arg(long, env = "LETUS_SHUTDOWN_TIMEOUT_SECS")]
     pub shutdown_timeout_secs: Option<u64>,
+    /// Most client connections open at once; more wait in the listen backlog (default 1024). The node also raises
+    /// its open-file limit to the system's hard limit at start.
+    #[arg(long, env = "LETUS_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
     /// Size at which the value log starts a new file (default 256 MiB); only sealed files move between tiers.
     #[arg(long, env = "LETUS_VDLS_FILE_BYTES")]
     pub vdls_file_bytes: Option<u64>,
@@ -240,6 +244,7 @@ struct FileConfig {
     max_streams: Option<usize>,
     max_concurrent_reads: Option<usize>,
     shutdown_timeout_secs: Option<u64>,
+    max_connections: Option<usize>,
     vdls_file_bytes: Option<u64>,
     shard_prefixes: Option<String>,
     warm_dir: Option<PathBuf>,
@@ -392,6 +397,16 @@ impl ServeArgs {
             file.shutdown_timeout_secs,
         )? {
             server.shutdown_timeout = d;
+        }
+        if let Some(n) = positive(
+            "max_connections",
+            at_most(
+                "max_connections",
+                self.max_connections.or(file.max_connections),
+                MAX_PERMITS,
+            )?,
+        )? {
+            server.max_connections = n;
         }
         let mut options = Options {
             max_replay_millis: DEFAULT_MAX_REPLAY_MILLIS,
@@ -623,6 +638,9 @@ pub fn serve_until(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     let (tok, generated) = token(&cfg.data, cfg.token.clone())?;
+    if let Some(n) = letus_alloc::raise_open_file_limit() {
+        tracing::debug!(open_files = n, "open-file limit");
+    }
     let mut options = cfg.options.clone();
     let tiers = match &cfg.tiers {
         Some(t) => {
@@ -703,6 +721,9 @@ pub fn serve_until(
         .build()
         .map_err(|e| e.to_string())?;
     let shutdown_timeout = cfg.server.shutdown_timeout;
+    // When the shutdown began: one deadline for the connections, the blocking work and the follower together.
+    let signalled = Arc::new(std::sync::Mutex::new(None::<std::time::Instant>));
+    let at_signal = signalled.clone();
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(cfg.listen)
             .await
@@ -711,18 +732,24 @@ pub fn serve_until(
         ready(addr, &tok, generated);
         letus_node::http::serve(listener, app(state), cfg.server.clone(), async move {
             tokio::select! { _ = shutdown_signal() => {}, _ = stop => {} }
+            *at_signal.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
         })
         .await;
         Ok::<(), String>(())
     })?;
-    // Waits for blocking work still running (a commit whose connection was dropped at the deadline finishes; an
-    // export's walk ends at its next chunk, its receiver gone).
-    drop(rt);
+    let deadline = signalled
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(std::time::Instant::now)
+        + shutdown_timeout;
+    // Blocking work still running is waited for until the deadline (a commit whose connection was dropped
+    // finishes; an export's walk ends at its next chunk, its receiver gone), and then left: it was not
+    // acknowledged, and the store loses nothing acknowledged wherever a process stops.
+    rt.shutdown_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
     // The follower stops between versions; one stuck in a request to a silent source is not waited for past the
     // shutdown deadline (the node then exits without closing the store: what it acknowledged is durable).
     stop_following.store(true, std::sync::atomic::Ordering::Relaxed);
     if let Some(f) = follower {
-        let deadline = std::time::Instant::now() + shutdown_timeout;
         while !f.is_finished() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }

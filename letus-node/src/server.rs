@@ -759,8 +759,13 @@ async fn index(State(s): State<AppState>) -> Json<serde_json::Value> {
 }
 
 async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
+    let turn = s.metrics.status_reads.clone().acquire_owned().await;
     let node = s.node.clone();
-    let (stats, tiers) = blocking(move || Ok((node.stats()?, node.tier_status()))).await?;
+    let (stats, tiers) = blocking(move || {
+        let _turn = turn;
+        Ok((node.stats()?, node.tier_status()))
+    })
+    .await?;
     let mut text = s.metrics.render(stats);
     if let Some(t) = tiers {
         text.push_str(&crate::metrics::render_tiers(&t));
@@ -796,8 +801,13 @@ async fn prune_status(
 
 /// `GET /v1/tiers`: where the store's sealed files are, what the mover and the object store did.
 async fn tiers(State(s): State<AppState>) -> Result<Response, ApiError> {
+    let turn = s.metrics.status_reads.clone().acquire_owned().await;
     let node = s.node.clone();
-    let st = blocking(move || Ok(node.tier_status())).await?;
+    let st = blocking(move || {
+        let _turn = turn;
+        Ok(node.tier_status())
+    })
+    .await?;
     match st {
         Some(t) => Ok(Json(crate::api::tier_status_json(&t)).into_response()),
         None => Err(ApiError::BadRequest(

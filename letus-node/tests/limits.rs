@@ -644,3 +644,53 @@ fn a_slow_export_does_not_hold_up_writes_and_returns_its_version() {
     node.kill().unwrap();
     node.wait().unwrap();
 }
+
+/// Past `max_connections` open connections no new one is served until one ends: connections cannot take the
+/// file descriptors the store needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_max_connections_wait_until_one_ends() {
+    let served = serve_in_process(
+        NodeLimits::default(),
+        ServerSettings {
+            max_connections: 2,
+            header_timeout: Duration::from_secs(60),
+            ..ServerSettings::default()
+        },
+    )
+    .await;
+    let addr = served.addr;
+    // Two idle connections take both places (accepted: each answers a request, then stays open).
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 12];
+        s.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"HTTP/1.1 200");
+        held.push(s);
+    }
+    // A third connects (the kernel's backlog) but is not served...
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let early = tokio::time::timeout(Duration::from_millis(700), third.read_to_end(&mut out)).await;
+    assert!(early.is_err() && out.is_empty(), "served past the limit");
+    // ... until one of the two ends.
+    drop(held.pop());
+    tokio::time::timeout(Duration::from_secs(30), third.read_to_end(&mut out))
+        .await
+        .expect("served once a place is free")
+        .unwrap();
+    assert!(
+        out.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    served.stop.send(()).unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(60), served.server).await;
+}
