@@ -634,14 +634,16 @@ impl Store {
         }
     }
 
-    /// Every `(key, value)` of trie `tid` at `version`, in path order; returns the count.
+    /// Every `(key, value)` of trie `tid` at `version`, in path order; returns the count. Read from a snapshot a
+    /// chunk at a time ([`Snapshot::for_each_pair`]): `f` never runs while the engine is held, so it may read the
+    /// store itself, and a background prune or GC waiting for the engine does not stall behind the whole walk.
     pub fn for_each_pair(
         &self,
         tid: TrieId,
         version: Version,
         f: impl FnMut(&[u8], &[u8]) -> Result<()>,
     ) -> Result<u64> {
-        self.view(|v| v.for_each_pair(tid, version, f))
+        self.snapshot().for_each_pair(tid, version, f)
     }
 
     /// The engine for the writer: a panic in an earlier publish poisoned it, and the store must be reopened.

@@ -470,23 +470,6 @@ impl View<'_> {
         Ok(letus_verify::fold::fold(&children))
     }
 
-    /// Calls `f` with every `(key, value)` of trie `tid` at `version`, in path order (the order of a state export).
-    pub(super) fn for_each_pair(
-        &self,
-        tid: TrieId,
-        version: Version,
-        mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
-    ) -> Result<u64> {
-        let root = self.engine.root_page(tid, self.at(version))?;
-        let mut n = 0u64;
-        trie::walk(self.engine, tid, &root, &mut |leaf| {
-            let (k, v) = self.read_value(leaf, None)?;
-            n += 1;
-            f(&k, &v)
-        })?;
-        Ok(n)
-    }
-
     /// The writes of `key` in trie `tid` (newest first): every Put, and every Delete of the key while it existed,
     /// walking the value log's back-links from the key's leaf at the latest version, or from its Delete record
     /// when it is deleted now. A Put of the value the key already had is a write and is listed; a delete of an

@@ -681,7 +681,9 @@ fn prove_page<S: PageSource>(
     Ok(())
 }
 
-/// Calls `f` for every leaf below the page `page`, in path order.
+/// Calls `f` for every leaf below the page `page`, in path order (built pages: tests compare the slot walks
+/// with it).
+#[cfg(test)]
 pub fn walk<S: PageSource>(
     src: &S,
     tid: TrieId,

@@ -189,8 +189,8 @@ fn rank(bits: &[u32; 9], slot: SlotNo) -> Result<usize, usize> {
 }
 
 /// The slots of a page (`cells`, sorted by slot) in the order of the paths below them: the lone root leaf (slot
-/// 0), then for each child its leaf or its grandchildren. [`Page::cells_in_path_order`] for slots not built into a
-/// page.
+/// 0), then for each child its leaf or its grandchildren. `Page::cells_in_path_order` (tests) for slots not built
+/// into a page.
 pub fn slots_in_path_order(cells: &[(SlotNo, Cell)]) -> impl Iterator<Item = &(SlotNo, Cell)> + '_ {
     let root_leaf = cells.first().filter(|(s, _)| *s == 0);
     root_leaf.into_iter().chain((0..16u8).flat_map(move |c| {
@@ -557,6 +557,7 @@ impl Page {
 
     /// Every leaf of the page in path order, with the child-page references in between: `f` sees the cells in
     /// the order of the paths below them.
+    #[cfg(test)]
     pub fn cells_in_path_order(&self) -> impl Iterator<Item = &(SlotNo, Cell)> + '_ {
         (0..16u8).flat_map(move |c| {
             let leaf = self.position(child_slot(c)).ok().map(|i| &self.cells[i]);
