@@ -671,9 +671,11 @@ impl Store {
 
     /// Reopens the store in place after a failure (what `is_poisoned` reports): waits for a background flush,
     /// releases the directory lock and opens the directory again, which runs the recovery of `FORMAT.md §4` on
-    /// what is on disk. Staged writes are dropped. [`Reader`]s and [`Snapshot`]s taken before keep reading the
-    /// versions they knew; take a new [`Store::reader`] to see later ones. If the device still fails, the error
-    /// is returned and the store stays poisoned (the call can be repeated); in between, the lock is not held.
+    /// what is on disk. Staged writes are dropped. [`Reader`]s and [`Snapshot`]s taken before hold the old engine
+    /// (its caches and threads, outside the new one's memory budget) and are not told of what the reopened store
+    /// does: once it prunes, consolidates or collects files they can answer I/O errors for versions they held.
+    /// Drop them and take a new [`Store::reader`] after a reopen. If the device still fails, the error is
+    /// returned and the store stays poisoned (the call can be repeated); in between, the lock is not held.
     pub fn reopen(&mut self) -> Result<()> {
         // A running flush must end before the directory is opened again (the open deletes `.tmp` files); its
         // result is the failure being recovered from, or one the reopen will meet again.
