@@ -397,6 +397,32 @@ fn keep_versions_prunes_in_the_background_after_flushes() {
     compare_history(&a, &p);
 }
 
+/// A store of `versions` versions of seed `seed`, pruned once (keeping 60), closed: the store the crash tests
+/// prune again, so that a cut in that second prune has an old manifest and an old base file to keep.
+fn pruned_once(seed: u64, versions: u64) -> tempfile::TempDir {
+    let template = tempfile::tempdir().unwrap();
+    let mut s = Store::open(template.path(), opts(local())).unwrap();
+    for v in 1..=versions {
+        commit(&mut s, seed, v).unwrap();
+    }
+    s.prune(60).unwrap().unwrap();
+    s.close().unwrap();
+    template
+}
+
+/// Copies the store in `from` (its files and those of `lsvps/` and `vdls/`) to `to`.
+fn copy_store(from: &Path, to: &Path) {
+    for sub in ["", "lsvps", "vdls"] {
+        std::fs::create_dir_all(to.join(sub)).unwrap();
+        for e in std::fs::read_dir(from.join(sub)).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_file() {
+                std::fs::copy(e.path(), to.join(sub).join(e.file_name())).unwrap();
+            }
+        }
+    }
+}
+
 /// A power cut at every mutation of one prune: after the crash the store opens, is pruned at the old boundary or
 /// the new one, and reads as the archive at every version it holds; commits go on.
 #[test]
@@ -409,27 +435,8 @@ fn a_power_cut_anywhere_in_a_prune_loses_nothing() {
         commit(&mut a, seed, v).unwrap();
     }
     // The store before the prune, built once and copied for each schedule.
-    let template = tempfile::tempdir().unwrap();
-    {
-        let mut s = Store::open(template.path(), opts(local())).unwrap();
-        for v in 1..=versions {
-            commit(&mut s, seed, v).unwrap();
-        }
-        // A first prune, so that a cut in the second one has an old manifest and an old base file to keep.
-        s.prune(60).unwrap().unwrap();
-        s.close().unwrap();
-    }
-    let copy = |to: &Path| {
-        for sub in ["", "lsvps", "vdls"] {
-            std::fs::create_dir_all(to.join(sub)).unwrap();
-            for e in std::fs::read_dir(template.path().join(sub)).unwrap() {
-                let e = e.unwrap();
-                if e.file_type().unwrap().is_file() {
-                    std::fs::copy(e.path(), to.join(sub).join(e.file_name())).unwrap();
-                }
-            }
-        }
-    };
+    let template = pruned_once(seed, versions);
+    let copy = |to: &Path| copy_store(template.path(), to);
     // Mutations of the prune alone, to aim the cuts.
     let mutations = {
         let d = tempfile::tempdir().unwrap();
@@ -485,26 +492,8 @@ fn a_prune_failing_at_any_fsync_then_tried_again_loses_nothing() {
     for v in 1..=versions {
         commit(&mut a, seed, v).unwrap();
     }
-    let template = tempfile::tempdir().unwrap();
-    {
-        let mut s = Store::open(template.path(), opts(local())).unwrap();
-        for v in 1..=versions {
-            commit(&mut s, seed, v).unwrap();
-        }
-        s.prune(60).unwrap().unwrap();
-        s.close().unwrap();
-    }
-    let copy = |to: &Path| {
-        for sub in ["", "lsvps", "vdls"] {
-            std::fs::create_dir_all(to.join(sub)).unwrap();
-            for e in std::fs::read_dir(template.path().join(sub)).unwrap() {
-                let e = e.unwrap();
-                if e.file_type().unwrap().is_file() {
-                    std::fs::copy(e.path(), to.join(sub).join(e.file_name())).unwrap();
-                }
-            }
-        }
-    };
+    let template = pruned_once(seed, versions);
+    let copy = |to: &Path| copy_store(template.path(), to);
     let syncs = {
         let d = tempfile::tempdir().unwrap();
         copy(d.path());

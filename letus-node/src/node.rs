@@ -1174,14 +1174,19 @@ mod history_tests {
 
     /// A key rewritten with large values is read in several answers once their hex passes the body limit, and
     /// following `next` gives every entry once, newest first.
-    #[test]
-    fn history_answers_end_at_the_body_limit_and_next_goes_on() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A node whose body limit is 64 KiB.
+    fn small_bodied(dir: &std::path::Path) -> Node {
         let limits = NodeLimits {
             max_body_bytes: 64 << 10,
             ..NodeLimits::default()
         };
-        let node = Node::open(dir.path(), Options::default(), "t".into(), limits).unwrap();
+        Node::open(dir, Options::default(), "t".into(), limits).unwrap()
+    }
+
+    #[test]
+    fn history_answers_end_at_the_body_limit_and_next_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = small_bodied(dir.path());
         for v in 1..=100u64 {
             let value = letus_verify::hex::encode(&[v as u8; 4096]);
             node.write_block(BlockRequest {
@@ -1216,11 +1221,7 @@ mod history_tests {
     #[test]
     fn a_multi_proof_whose_values_pass_the_body_limit_is_too_large() {
         let dir = tempfile::tempdir().unwrap();
-        let limits = NodeLimits {
-            max_body_bytes: 64 << 10,
-            ..NodeLimits::default()
-        };
-        let node = Node::open(dir.path(), Options::default(), "t".into(), limits).unwrap();
+        let node = small_bodied(dir.path());
         let keys: Vec<String> = (0..10u8).map(|i| format!("{i:02x}")).collect();
         node.write_block(BlockRequest {
             version: 1,
