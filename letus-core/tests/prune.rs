@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::{small_options, Rng};
-use letus_core::storage::faulty::{Fault, Faulty};
+use letus_core::storage::faulty::{Fault, Faulty, OpCounts};
 use letus_core::storage::{local, SharedStorage};
 use letus_core::{Error, Options, Store};
 
@@ -423,30 +423,39 @@ fn copy_store(from: &Path, to: &Path) {
     }
 }
 
+/// The unpruned store of `versions` versions of seed `seed`: what the crash tests compare with.
+fn archive(seed: u64, versions: u64) -> (tempfile::TempDir, Store) {
+    let d = tempfile::tempdir().unwrap();
+    let mut a = Store::open(d.path(), opts(local())).unwrap();
+    for v in 1..=versions {
+        commit(&mut a, seed, v).unwrap();
+    }
+    (d, a)
+}
+
+/// The storage operations of one fault-free `prune(15)` of a copy of `template`, to aim the faults at.
+fn prune_op_counts(template: &Path) -> OpCounts {
+    let d = tempfile::tempdir().unwrap();
+    copy_store(template, d.path());
+    let fs = Faulty::new(local(), 0);
+    let s = Store::open(d.path(), opts(fs.shared())).unwrap();
+    fs.reset_counts();
+    s.prune(15).unwrap().unwrap();
+    fs.counts()
+}
+
 /// A power cut at every mutation of one prune: after the crash the store opens, is pruned at the old boundary or
 /// the new one, and reads as the archive at every version it holds; commits go on.
 #[test]
 fn a_power_cut_anywhere_in_a_prune_loses_nothing() {
     let seed = 5;
     let versions = 90;
-    let da = tempfile::tempdir().unwrap();
-    let mut a = Store::open(da.path(), opts(local())).unwrap();
-    for v in 1..=versions + 5 {
-        commit(&mut a, seed, v).unwrap();
-    }
+    let (_da, a) = archive(seed, versions + 5);
     // The store before the prune, built once and copied for each schedule.
     let template = pruned_once(seed, versions);
     let copy = |to: &Path| copy_store(template.path(), to);
     // Mutations of the prune alone, to aim the cuts.
-    let mutations = {
-        let d = tempfile::tempdir().unwrap();
-        copy(d.path());
-        let fs = Faulty::new(local(), 0);
-        let s = Store::open(d.path(), opts(fs.shared())).unwrap();
-        fs.reset_counts();
-        s.prune(15).unwrap().unwrap();
-        fs.counts().of(Fault::PowerCut)
-    };
+    let mutations = prune_op_counts(template.path()).of(Fault::PowerCut);
     assert!(mutations >= 8, "{mutations}");
     let mut outcomes = BTreeMap::new();
     // `arm(_, n)` fires on the operation after `n` more: 0 is the prune's first mutation.
@@ -487,22 +496,10 @@ fn a_power_cut_anywhere_in_a_prune_loses_nothing() {
 fn a_prune_failing_at_any_fsync_then_tried_again_loses_nothing() {
     let seed = 7;
     let versions = 90;
-    let da = tempfile::tempdir().unwrap();
-    let mut a = Store::open(da.path(), opts(local())).unwrap();
-    for v in 1..=versions {
-        commit(&mut a, seed, v).unwrap();
-    }
+    let (_da, a) = archive(seed, versions);
     let template = pruned_once(seed, versions);
     let copy = |to: &Path| copy_store(template.path(), to);
-    let syncs = {
-        let d = tempfile::tempdir().unwrap();
-        copy(d.path());
-        let fs = Faulty::new(local(), 0);
-        let s = Store::open(d.path(), opts(fs.shared())).unwrap();
-        fs.reset_counts();
-        s.prune(15).unwrap().unwrap();
-        fs.counts().of(Fault::SyncError)
-    };
+    let syncs = prune_op_counts(template.path()).of(Fault::SyncError);
     assert!(syncs >= 4, "{syncs}");
     let mut refused = 0;
     // Each fsync, with three ways of losing what was not fsynced at the power cut.

@@ -274,6 +274,11 @@ const MAX_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
 /// The most concurrent reads or streams a setting takes (a semaphore's permits; tokio's own bound is far above).
 const MAX_PERMITS: usize = 1 << 20;
 
+/// A count of permits (concurrent reads, streams, connections): 1 to `MAX_PERMITS`.
+fn permits(name: &str, v: Option<usize>) -> Result<Option<usize>, String> {
+    positive(name, at_most(name, v, MAX_PERMITS)?)
+}
+
 /// A setting that must not be above `max`.
 fn at_most<T: PartialOrd + std::fmt::Display>(
     name: &str,
@@ -356,24 +361,13 @@ impl ServeArgs {
         )? {
             limits.body_timeout = d;
         }
-        if let Some(n) = positive(
+        if let Some(n) = permits(
             "max_concurrent_reads",
-            at_most(
-                "max_concurrent_reads",
-                self.max_concurrent_reads.or(file.max_concurrent_reads),
-                MAX_PERMITS,
-            )?,
+            self.max_concurrent_reads.or(file.max_concurrent_reads),
         )? {
             limits.max_concurrent_reads = n;
         }
-        if let Some(n) = positive(
-            "max_streams",
-            at_most(
-                "max_streams",
-                self.max_streams.or(file.max_streams),
-                MAX_PERMITS,
-            )?,
-        )? {
+        if let Some(n) = permits("max_streams", self.max_streams.or(file.max_streams))? {
             limits.max_streams = n;
         }
         let mut server = ServerSettings::default();
@@ -398,13 +392,9 @@ impl ServeArgs {
         )? {
             server.shutdown_timeout = d;
         }
-        if let Some(n) = positive(
+        if let Some(n) = permits(
             "max_connections",
-            at_most(
-                "max_connections",
-                self.max_connections.or(file.max_connections),
-                MAX_PERMITS,
-            )?,
+            self.max_connections.or(file.max_connections),
         )? {
             server.max_connections = n;
         }
