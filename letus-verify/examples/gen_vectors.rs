@@ -550,6 +550,32 @@ fn proofs() -> Vec<Value> {
     if let Some(r) = j10["records"][0].as_object_mut() {
         r.remove("t");
     }
+    // The order of SPEC.md §5.5: `format` before `records`, each record before the next.
+    let mut j11 = pj.clone();
+    j11["format"] = json!(2);
+    j11["records"] = json!("not an array");
+    let mut j12 = pj.clone();
+    j12["records"][0]["t"] = json!("twig");
+    j12["records"].as_array_mut().expect("array").push(json!(5));
+    // Fields a record's type does not use are not looked at, whatever their JSON type.
+    let mut unused = pj.clone();
+    for r in unused["records"].as_array_mut().expect("array") {
+        if r["t"] == "leaf" {
+            r["mask"] = json!("x");
+            r["hashes"] = json!(5);
+            r["path"] = json!(true);
+        }
+    }
+    let mut c = proof_case_bytes(
+        "json fields a record's type does not use, of any JSON type",
+        &root,
+        &[present(&k7, &v7)],
+        &b7,
+        Some(unused),
+        None,
+    );
+    c["json_reencodes"] = json!(false);
+    cases.push(c);
     let mut extra = pj.clone();
     extra["comment"] = json!("not part of the form");
     extra["records"][0]["note"] = json!(1);
@@ -627,6 +653,16 @@ fn proofs() -> Vec<Value> {
         ("json mask of the wrong JSON type", j8, "malformed"),
         ("json record that is not an object", j9, "malformed"),
         ("json record without t", j10, "malformed"),
+        (
+            "json format 2 with records not an array",
+            j11,
+            "unsupported_format",
+        ),
+        (
+            "json unknown record type before a record that is not an object",
+            j12,
+            "unknown_tag",
+        ),
     ] {
         let mut c = proof_case_bytes(name, &root, &[present(&k7, &v7)], &b7, Some(j), None);
         c["json_error"] = json!(code);

@@ -1,5 +1,6 @@
 //! The limits of SPEC.md §6 that the vectors do not cover because the inputs would be megabytes.
 
+use letus_verify::proof_json::{JsonField, RecordJson};
 use letus_verify::reference::ReferenceTrie;
 use letus_verify::{verify_multi_proof, verify_proof, Claim, Limits, Proof};
 
@@ -110,9 +111,13 @@ fn a_proof_holds_at_most_max_keys_terminal_and_64_times_as_many_branch_records()
     // JSON counts only once every record is converted (SPEC.md §5.5): a bad record after too many terminal
     // records is that record's error.
     let mut j = p.to_json_value();
-    let mut bad = j.records[0].clone();
-    bad.t = "twig".into();
-    j.records.push(bad);
+    let Some(JsonField::List(records)) = &mut j.records else {
+        panic!("records: {:?}", j.records)
+    };
+    records.push(JsonField::Object(Box::new(RecordJson {
+        t: Some(JsonField::Str("twig".into())),
+        ..RecordJson::default()
+    })));
     assert_eq!(
         Proof::from_json(&j, &three).unwrap_err().code(),
         "unknown_tag"
