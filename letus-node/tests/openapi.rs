@@ -27,9 +27,25 @@ const TOKEN: &str = "openapi-token";
 
 /// Statuses that only an I/O failure or corruption of the store produces: `internal` (500, documented for
 /// every route that reads the store; produced below for `GET /v1/blocks/{version}` by damaging a block on disk,
-/// the same `ApiError::Internal` answering for every route) and `unavailable` (503, once a failed commit
-/// poisoned the store). The store's own crash and corruption tests cover those paths.
-const NEEDS_IO_FAILURE: [(&str, &str, u16); 1] = [("post", "/v1/blocks", 503)];
+/// the same `ApiError::Internal` answering for every route), `unavailable` (503, once a failed commit
+/// poisoned the store) and `tier_unavailable` (503, a read that needs the object store while it is down). The
+/// store's own crash and corruption tests cover the first two; tests/tiering.rs produces the third against a
+/// real object store that it stops.
+const NEEDS_IO_FAILURE: [(&str, &str, u16); 13] = [
+    ("post", "/v1/blocks", 503),
+    ("get", "/v1/blocks/{version}", 503),
+    ("get", "/v1/tries/{tid}/keys/{key}", 503),
+    ("get", "/v1/tries/{tid}/keys/", 503),
+    ("post", "/v1/tries/{tid}/value", 503),
+    ("get", "/v1/tries/{tid}/keys/{key}/history", 503),
+    ("post", "/v1/tries/{tid}/history", 503),
+    ("post", "/v1/tries/{tid}/proofs", 503),
+    ("get", "/v1/tries/{tid}/export", 503),
+    ("get", "/v1/tries/{tid}/snapshot", 503),
+    ("get", "/v1/tries/{tid}/snapshot/chunks/{index}", 503),
+    ("get", "/v1/tries/{tid}/changes", 503),
+    ("get", "/v1/shard/tops", 503),
+];
 
 /// Documented statuses that need a state too large for this test: a snapshot chunk over the verifier's 64 MiB
 /// `max_chunk_bytes`, a manifest of more than 262,144 entries, a `changes` answer over a million keys.
