@@ -102,17 +102,28 @@ impl RootsLog {
         })
     }
 
-    /// Opens (or creates) a roots log that is its own record of what is durable (a sharding router's): every
-    /// entry whose checksum holds is kept, up to the first one that fails it, where the file is cut (a torn
-    /// append). The caller fsyncs ([`RootsLog::sync`]) before it acknowledges what it appended.
-    pub fn open_all(fs: &dyn Storage, dir: &Path) -> Result<(RootsLog, Vec<RootEntry>)> {
+    /// Opens (or creates) a roots log that is its own record of what is durable (a sharding router's): the entries
+    /// up to the first one that fails its checksum, then those after it whose checksums hold (what tells a torn
+    /// last append from damage in the middle of the log: the caller decides). Nothing is cut: the caller cuts
+    /// ([`RootsLog::cut_to`]) before it appends, and fsyncs ([`RootsLog::sync`]) before it acknowledges.
+    pub fn open_all(
+        fs: &dyn Storage,
+        dir: &Path,
+    ) -> Result<(RootsLog, Vec<RootEntry>, Vec<RootEntry>)> {
         let (path, file, bytes) = open_file(fs, dir)?;
-        let entries: Vec<RootEntry> = bytes[HEADER_LEN as usize..]
-            .chunks(ENTRY_LEN)
-            .map_while(decode)
-            .collect();
+        let mut chunks = bytes[HEADER_LEN as usize..].chunks(ENTRY_LEN);
+        let entries: Vec<RootEntry> = chunks.by_ref().map_while(decode).collect();
+        let after: Vec<RootEntry> = chunks.filter_map(decode).collect();
         let end = HEADER_LEN + (entries.len() * ENTRY_LEN) as u64;
-        Ok((RootsLog::cut_at(path, file, end)?, entries))
+        Ok((
+            RootsLog {
+                path,
+                file: AppendFile { file, end },
+                buf: Vec::new(),
+            },
+            entries,
+            after,
+        ))
     }
 
     /// Cuts the file after its first `entries` entries (fsynced), dropping anything buffered: the next append goes
@@ -211,10 +222,10 @@ mod tests {
     }
 
     #[test]
-    fn open_all_keeps_every_whole_entry_and_cuts_a_torn_one() {
+    fn open_all_keeps_every_whole_entry_and_reports_what_follows_a_damaged_one() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut log, entries) = RootsLog::open_all(&Local, dir.path()).unwrap();
-        assert!(entries.is_empty());
+        let (mut log, entries, after) = RootsLog::open_all(&Local, dir.path()).unwrap();
+        assert!(entries.is_empty() && after.is_empty());
         let written = [entry(1, 0), entry(2, 0), entry(2, 1)];
         for e in &written {
             log.push(e);
@@ -223,17 +234,24 @@ mod tests {
         drop(log);
         let path = dir.path().join("roots.log");
         let whole = std::fs::metadata(&path).unwrap().len();
-        // A torn append: half of the next entry.
+        // A torn append: half of the next entry. Nothing is cut until the caller says so.
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
             .unwrap();
         std::io::Write::write_all(&mut f, &[7u8; ENTRY_LEN / 2]).unwrap();
         drop(f);
-        let (mut log, entries) = RootsLog::open_all(&Local, dir.path()).unwrap();
+        let (mut log, entries, after) = RootsLog::open_all(&Local, dir.path()).unwrap();
         assert_eq!(entries, written);
+        assert!(after.is_empty());
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            whole + ENTRY_LEN as u64 / 2
+        );
+        log.cut_to(entries.len()).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
-        // Appends go on where the whole entries end; a damaged entry ends what is kept.
+        // Appends go on where the whole entries end; a damaged entry ends what is kept, and the whole entries
+        // after it are reported apart.
         log.push(&entry(3, 0));
         log.sync().unwrap();
         drop(log);
@@ -241,7 +259,8 @@ mod tests {
         let second = HEADER_LEN as usize + ENTRY_LEN;
         bytes[second + 3] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
-        let (_, entries) = RootsLog::open_all(&Local, dir.path()).unwrap();
+        let (_, entries, after) = RootsLog::open_all(&Local, dir.path()).unwrap();
         assert_eq!(entries, written[..1]);
+        assert_eq!(after, [written[2], entry(3, 0)]);
     }
 }

@@ -187,7 +187,7 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
 pub type DecodedWrite = (u32, Vec<u8>, Option<Vec<u8>>);
 
 /// Write `i` of the request's list `field`, its hex decoded (errors name the field).
-fn decode_write(w: &WriteOp, field: &str, i: usize) -> Result<DecodedWrite, ApiError> {
+pub(crate) fn decode_write(w: &WriteOp, field: &str, i: usize) -> Result<DecodedWrite, ApiError> {
     let key = hex_field(&w.key, &format!("{field}[{i}].key"))?;
     let value = w
         .value

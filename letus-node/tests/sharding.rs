@@ -317,6 +317,17 @@ fn a_version_a_shard_missed_is_finished_by_a_retry_or_by_the_routers_next_start(
     for b in &blocks[..5] {
         assert_eq!(post_block(&c.url, TOKEN, b), (200, digest(b.version)));
     }
+    // A raw block that is not hex is refused before anything is decided (found by review: shard 0 refused its
+    // part for good while the others committed theirs, and the router could neither write nor restart).
+    let mut bad = blocks[5].clone();
+    bad.block = Some("zz".into());
+    let (status, body) = post_block(&c.url, TOKEN, &bad);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("bad_hex")),
+        "{body}"
+    );
+    assert!(metrics_text(&c.url).contains("letus_router_version_in_doubt 0"));
     // Shard 2 goes down: block 6 commits on the others and stays in doubt.
     let _ = c.shards[2].0.kill();
     let _ = c.shards[2].0.wait();
@@ -360,6 +371,19 @@ fn a_version_a_shard_missed_is_finished_by_a_retry_or_by_the_routers_next_start(
     let _ = c.shards[0].0.kill();
     let _ = c.shards[0].0.wait();
     assert_eq!(post_block(&c.url, TOKEN, &blocks[6]).0, 502);
+    // The same block in upper-case hex is the same block (found by review: 409 version_conflict).
+    let mut upper = blocks[6].clone();
+    for w in &mut upper.writes {
+        w.key = w.key.to_uppercase();
+        w.value = w.value.as_ref().map(|v| v.to_uppercase());
+    }
+    upper.block = upper.block.map(|b| b.to_uppercase());
+    let (status, body) = post_block(&c.url, TOKEN, &upper);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (502, Some("shard_unavailable")),
+        "{body}"
+    );
     c.shards[0] = start_shard(&d, 0, 4);
     restart_router(&mut c, &d);
     for b in &blocks[6..] {

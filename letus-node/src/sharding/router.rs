@@ -354,8 +354,69 @@ struct Pending {
 
 struct Writer {
     log: RootsLog,
+    /// Entries of `log` that are durable and whole (every version closed): where a failed append is cut back to,
+    /// so that a retry never leaves a version in the log twice.
+    logged: usize,
     /// A version decided but not finished (a shard failed): only the same block may be written next.
     pending: Option<Pending>,
+}
+
+/// The finished versions of a router's roots log (`entries`, up to the first entry failing its checksum, and
+/// `after`, the whole entries after that one), and how many of `entries` are kept. A version counts once its
+/// closing entry is in; what follows the last closed version can only be the one append a crash tore (entries of
+/// the next version, the one decided next, or the last one again), so anything else after it, or after a
+/// damaged entry, is damage in the log, refused rather than cut: the versions after it were acknowledged. A closed version that repeats the
+/// one before it entry for entry (an append retried after its fsync failed and its cut failed too) counts once.
+fn finished_from_log(
+    entries: &[RootEntry],
+    after: &[RootEntry],
+) -> Result<(usize, Finished), String> {
+    let whole = entries
+        .iter()
+        .rposition(|e| e.page_version == VERSION_END)
+        .map_or(0, |i| i + 1);
+    let closed = entries[..whole].last().map(|e| e.version);
+    let torn: Vec<&RootEntry> = entries[whole..].iter().chain(after).collect();
+    // The torn append is of the next version, or of the last one again (a retry whose earlier append stayed).
+    let first = torn.first().map(|e| e.version);
+    let allowed =
+        closed.is_none() || first == closed || first == closed.and_then(|c| c.checked_add(1));
+    if let Some(e) = torn.iter().find(|e| !allowed || Some(e.version) != first) {
+        return Err(format!(
+            "the router's roots log is damaged: an entry of version {} follows the last whole version {closed:?} \
+             (a torn append holds only the next version's entries); restore the file, or move it away and \
+             start this router with etcd to compose the roots from the shards",
+            e.version
+        ));
+    }
+    let mut finished = Finished::default();
+    let mut group: Vec<&RootEntry> = Vec::new();
+    let mut last: Vec<&RootEntry> = Vec::new();
+    for e in &entries[..whole] {
+        if e.page_version != VERSION_END {
+            group.push(e);
+            continue;
+        }
+        if e.tid as usize != group.len() {
+            return Err(format!(
+                "the router's roots log: version {} closes {} entries, not {}",
+                e.version,
+                e.tid,
+                group.len()
+            ));
+        }
+        if !group.is_empty() && group == last {
+            group.clear();
+            continue;
+        }
+        for g in &group {
+            finished
+                .push(g)
+                .map_err(|m| format!("the router's roots log: {m}"))?;
+        }
+        last = std::mem::take(&mut group);
+    }
+    Ok((whole, finished))
 }
 
 /// Tops of the versions read most recently, per trie.
@@ -424,36 +485,12 @@ impl Router {
         }
         std::fs::create_dir_all(&cfg.data)
             .map_err(|e| format!("creating {}: {e}", cfg.data.display()))?;
-        let (mut log, entries) = RootsLog::open_all(&letus_core::storage::Local, &cfg.data)
+        let (mut log, entries, after) = RootsLog::open_all(&letus_core::storage::Local, &cfg.data)
             .map_err(|e| format!("the router's roots log: {e}"))?;
-        // A version counts once its closing entry is in (a crash inside the append may have left a part of its
-        // entries): the rest is cut, and the pending decision finishes that version again.
-        let whole = entries
-            .iter()
-            .rposition(|e| e.page_version == VERSION_END)
-            .map_or(0, |i| i + 1);
-        if whole < entries.len() {
-            log.cut_to(whole)
-                .map_err(|e| format!("the router's roots log: {e}"))?;
-        }
-        let mut finished = Finished::default();
-        let mut group = 0;
-        for e in &entries[..whole] {
-            if e.page_version == VERSION_END {
-                if e.tid as usize != group {
-                    return Err(format!(
-                        "the router's roots log: version {} closes {} entries, not {group}",
-                        e.version, e.tid
-                    ));
-                }
-                group = 0;
-                continue;
-            }
-            group += 1;
-            finished
-                .push(e)
-                .map_err(|m| format!("the router's roots log: {m}"))?;
-        }
+        let (whole, finished) = finished_from_log(&entries, &after)?;
+        // The rest (a torn last append) is cut, and the pending decision finishes that version again.
+        log.cut_to(whole)
+            .map_err(|e| format!("the router's roots log: {e}"))?;
         // The last decision carries the map, finished or not: it stays in etcd, and `pending.json` is replaced by
         // the next one rather than removed.
         let pending = match &coord {
@@ -488,7 +525,11 @@ impl Router {
             limits: cfg.limits,
             dir: cfg.data,
             coord,
-            writer: Mutex::new(Writer { log, pending: None }),
+            writer: Mutex::new(Writer {
+                log,
+                logged: whole,
+                pending: None,
+            }),
             requested: Mutex::new(requested),
             in_doubt: AtomicBool::new(false),
             finished: RwLock::new(finished),
@@ -756,9 +797,7 @@ impl Router {
                 });
             }
             // The decided parts carry the move that rode along; the client's block is what must match.
-            let same = p.parts.len() == parts.len()
-                && p.parts.iter().zip(&parts).all(|(a, b)| a.block == b.block);
-            if !same {
+            if !Self::same_block(&p.parts, &parts)? {
                 return Err(ApiError::Conflict(req.version));
             }
             let d = p.clone();
@@ -887,7 +926,59 @@ impl Router {
             let key = hex_field(&a.key, &format!("access_list[{i}].key"))?;
             parts[owner(&key)].block.access_list.push(a.clone());
         }
+        if let Some(b) = &req.block {
+            let len = hex_field(b, "block")?.len();
+            if len > crate::blockstore::MAX_BLOCK_BYTES {
+                return Err(ApiError::TooLarge(format!(
+                    "a block of {len} bytes; at most {}",
+                    crate::blockstore::MAX_BLOCK_BYTES
+                )));
+            }
+        }
+        // A part is a request body of its own, and can be larger than the client's (a delete sent without its
+        // `value` is sent with `"value":null`): shards take bodies as large as the router's (API.md), so a part
+        // above that would be refused by its shard for good.
+        for (i, part) in parts.iter().enumerate() {
+            let bytes = serde_json::to_vec(part).map_or(usize::MAX, |b| b.len());
+            if bytes > self.limits.max_body_bytes {
+                return Err(ApiError::TooLarge(format!(
+                    "the part of this block for shard {i} is {bytes} bytes as a request; at most {}",
+                    self.limits.max_body_bytes
+                )));
+            }
+        }
         Ok(parts)
+    }
+
+    /// Whether two splits of a block are the same block for each shard: the same writes (decoded: hex in either
+    /// case is one key) and raw block; access lists are hints and do not count, as for a node.
+    fn same_block(a: &[ShardBlockRequest], b: &[ShardBlockRequest]) -> Result<bool, ApiError> {
+        let fingerprint = |p: &ShardBlockRequest| -> Result<[u8; 32], ApiError> {
+            let writes = p
+                .block
+                .writes
+                .iter()
+                .enumerate()
+                .map(|(i, w)| crate::node::decode_write(w, "writes", i))
+                .collect::<Result<Vec<_>, _>>()?;
+            let block = p
+                .block
+                .block
+                .as_deref()
+                .map(|b| hex_field(b, "block"))
+                .transpose()?
+                .unwrap_or_default();
+            Ok(crate::node::request_hash(p.block.version, &writes, &block))
+        };
+        if a.len() != b.len() {
+            return Ok(false);
+        }
+        for (x, y) in a.iter().zip(b) {
+            if fingerprint(x)? != fingerprint(y)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Sends every shard its part; their tops at the version come back with the answers.
@@ -944,9 +1035,17 @@ impl Router {
             root: letus_verify::EMPTY,
             page_version: VERSION_END,
         });
-        w.log
-            .sync()
-            .map_err(|e| ApiError::Unavailable(format!("the roots log: {e}")))?;
+        if let Err(e) = w.log.sync() {
+            // What reached the file (all of it, if only the fsync failed) is cut off: the retry appends it again.
+            let cut = w.log.cut_to(w.logged);
+            return Err(ApiError::Unavailable(format!(
+                "the roots log: {e}{}",
+                cut.err()
+                    .map(|c| format!(" (and cutting it back: {c})"))
+                    .unwrap_or_default()
+            )));
+        }
+        w.logged += entries.len() + 1;
         {
             let mut f = self
                 .finished
@@ -1426,6 +1525,49 @@ fn write_record(dir: &Path, name: &str, magic: &str, r: &impl Serialize) -> std:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn version(v: Version, tries: u32) -> Vec<RootEntry> {
+        let mut g: Vec<RootEntry> = (0..tries)
+            .map(|tid| RootEntry {
+                version: v,
+                tid,
+                root: letus_verify::hash::value_hash(&v.to_le_bytes()),
+                page_version: 0,
+            })
+            .collect();
+        g.push(RootEntry {
+            version: v,
+            tid: tries,
+            root: letus_verify::EMPTY,
+            page_version: VERSION_END,
+        });
+        g
+    }
+
+    /// Found by review: a damaged entry in the middle of the roots log cut every version after it (acknowledged
+    /// ones), and an append retried after a failed fsync left a version twice, which no open accepted.
+    #[test]
+    fn a_roots_log_keeps_its_versions_cuts_only_a_torn_append_and_refuses_damage() {
+        let log: Vec<RootEntry> = (1..=3).flat_map(|v| version(v, 2)).collect();
+        let (whole, f) = finished_from_log(&log, &[]).unwrap();
+        assert_eq!((whole, f.latest), (log.len(), Some(3)));
+        // A torn append of version 4: part of its entries, a damaged one, maybe more of them after it.
+        let v4 = version(4, 2);
+        let torn: Vec<RootEntry> = log.iter().chain(&v4[..1]).copied().collect();
+        let (whole, f) = finished_from_log(&torn, &v4[2..]).unwrap();
+        assert_eq!((whole, f.latest), (log.len(), Some(3)));
+        // Damage inside version 2, with whole versions after it: refused, nothing cut.
+        let e = finished_from_log(&log[..4], &log[5..]).err().unwrap();
+        assert!(e.contains("damaged"), "{e}");
+        // Entries of another version than the next after the last whole one: refused.
+        let e = finished_from_log(&log, &version(6, 1)).err().unwrap();
+        assert!(e.contains("damaged"), "{e}");
+        // A version appended twice counts once.
+        let twice: Vec<RootEntry> = log.iter().chain(&version(3, 2)).copied().collect();
+        let (whole, f) = finished_from_log(&twice, &[]).unwrap();
+        assert_eq!((whole, f.latest), (twice.len(), Some(3)));
+        assert!(finished_from_log(&twice[..twice.len() - 1], &[]).is_ok());
+    }
 
     #[test]
     fn a_decision_survives_a_restart_and_damage_is_an_error() {

@@ -582,7 +582,14 @@ impl Router {
                     }
                 }
                 match page.next {
-                    Some(c) => cursor = Some(c),
+                    // A cursor must go back in time, or a shard could keep this read asking forever.
+                    Some(c) if cursor.is_none_or(|prev| c < prev) => cursor = Some(c),
+                    Some(c) => {
+                        return Err(ApiError::ShardInconsistent(format!(
+                            "{} answered a history page whose next ({c}) is not before the page asked for ({cursor:?})",
+                            s.url
+                        )))
+                    }
                     None => continue 'segments,
                 }
             }

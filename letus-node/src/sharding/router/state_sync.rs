@@ -246,6 +246,14 @@ impl Router {
                 let s = &self.shards[i];
                 let a: MultiProofResponse =
                     self.post_json(&s.url, &format!("/v1/tries/{tid}/proofs"), &req, false)?;
+                if a.values.len() != batch.len() {
+                    return Err(ApiError::ShardInconsistent(format!(
+                        "{} answered {} values for {} keys",
+                        s.url,
+                        a.values.len(),
+                        batch.len()
+                    )));
+                }
                 for (k, was) in batch.iter().zip(a.values) {
                     let path = KeyPath::of(&hex_field(k, "a shard's key")?);
                     if out.get(&path).is_some_and(|w| w.value == was) {
