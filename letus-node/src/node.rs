@@ -990,6 +990,16 @@ impl Node {
                 _ => Err(ApiError::BlockNotFound(version)),
             };
         };
+        // A block is appended before its state commit: until that commit is published (and if it never is: a
+        // failed commit, a wedged node) it is not the block of `version`.
+        if self
+            .reader()
+            .snapshot()
+            .version()
+            .is_none_or(|latest| version > latest)
+        {
+            return Err(ApiError::BlockNotFound(version));
+        }
         Ok(BlockResponse {
             version,
             block: hex(&b.block),

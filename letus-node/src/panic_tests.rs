@@ -144,6 +144,14 @@ async fn a_panic_inside_the_append_or_the_commit_stops_writes_until_restart_and_
             (StatusCode::OK, Some("aa")),
             "{stage:?}"
         );
+        // Version 2's block, appended (with `Commit`) before the panic, is not served: its state never was
+        // (found by review: it answered 200 with a block the restart then replaced).
+        let (status, v) = call(&app, "GET", "/v1/blocks/2", None).await;
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (StatusCode::NOT_FOUND, Some("block_not_found")),
+            "{stage:?}"
+        );
         assert_eq!(
             call(&app, "GET", "/metrics", None).await.0,
             200,
