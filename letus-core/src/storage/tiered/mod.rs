@@ -17,6 +17,7 @@
 mod cold;
 mod manifest;
 mod mover;
+mod warm_owner;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -223,6 +224,8 @@ pub struct TierCounters {
 pub(crate) struct Inner {
     /// The hot root's tiers lock, held for the instance's life.
     _lock: LockGuard,
+    /// The warm directory's lock, held for the instance's life (`warm_owner.rs`).
+    _warm_lock: Option<LockGuard>,
     cfg: TierConfig,
     warm: SharedStorage,
     cold: Option<ColdTier>,
@@ -352,6 +355,11 @@ impl Tiered {
                 ));
             }
         }
+        // Before recovery looks at the warm directory: it deletes what this store's manifest does not name.
+        let warm_lock = match &cfg.warm_dir {
+            Some(w) => Some(warm_owner::claim(&*warm, w, &cfg.root)?),
+            None => None,
+        };
         let manifest = Manifest::load(&*hot, &cfg.root)?;
         let cold = cfg.cold.as_ref().map(|store| {
             ColdTier::new(
@@ -363,6 +371,7 @@ impl Tiered {
         });
         let inner = Inner {
             _lock: lock,
+            _warm_lock: warm_lock,
             warm,
             cold,
             manifest: Mutex::new(manifest),
