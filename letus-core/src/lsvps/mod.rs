@@ -36,7 +36,7 @@ pub use index_file::{
 pub use mem_index::MemIndexTable;
 #[cfg(test)]
 pub use mem_index::ENTRY_OVERHEAD;
-pub use page_key::{PageId, PageKey, PageKind};
+pub use page_key::{PageId, PageKey, PageKind, MAX_PAGE_DEPTH};
 pub(crate) use sequential::Sequential;
 
 /// The name of generation `generation` of index file `no`: `NNNNNN.idx` for the one a flush writes (generation

@@ -408,6 +408,9 @@ impl Engine {
         // would be corruption.
         let mut chain = vec![head_rec];
         let mut guard = 0u32;
+        // Each link names an older record than the one naming it (a key ordered before it): a chain that loops
+        // or points forward is corruption, found at its first such link.
+        let mut at = (head_key.version, head_key.kind);
         let base_slots = loop {
             let Some(last) = chain.last() else {
                 return Err(bad(&path, "empty chain"));
@@ -423,6 +426,13 @@ impl Engine {
                     return Err(bad(&path, "delta page without a predecessor"))
                 }
             };
+            if prev >= at {
+                return Err(bad(
+                    &path,
+                    "a delta page names a record not older than itself",
+                ));
+            }
+            at = prev;
             guard += 1;
             if guard > 1_000_000 {
                 return Err(bad(&path, "delta chain does not end"));
@@ -473,6 +483,13 @@ impl Engine {
                 &path,
                 &format!("records reach version {newest}, the parent refers to {version}"),
             ));
+        }
+        // A page at the last depth has no child pages: a reference there is damage (a walk would name a page
+        // below depth 64).
+        if id.depth >= crate::lsvps::MAX_PAGE_DEPTH
+            && slots.iter().any(|(_, c)| matches!(c, Cell::Page { .. }))
+        {
+            return Err(bad(&path, "a page at depth 64 refers to a child page"));
         }
         head.chain = u32::try_from(chain.len()).unwrap_or(u32::MAX);
         Ok(ReadSlots {

@@ -891,6 +891,13 @@ impl Record {
                     }
                     _ => return Err("bad previous-record flag"),
                 };
+                // The predecessor is older: a BasePage of the same version at most (a consolidated file's), a
+                // DeltaPage of an earlier one.
+                if prev.is_some_and(|(p, k)| {
+                    p > first_version || (p == first_version && k == PageKind::Delta)
+                }) {
+                    return Err("previous record not older than the delta page");
+                }
                 let rebase = match flag {
                     2 => {
                         let b = r.u64()?;
@@ -1043,6 +1050,22 @@ mod tests {
         assert!(2 * std::mem::size_of::<usize>() + std::mem::size_of::<Page>() <= 160);
         // The slot bitmap took the place of the page hash: a page costs no more memory than before it.
         assert!(std::mem::size_of::<Page>() <= 136);
+    }
+
+    /// Found by review: a DeltaPage naming itself (or a later record) as its predecessor decoded, and a load
+    /// then read it again and again, a decoded copy each time, until memory ran out.
+    #[test]
+    fn a_delta_page_whose_predecessor_is_not_older_is_refused() {
+        let entries = [(2, vec![(1, None)])];
+        for prev in [(2, PageKind::Delta), (3, PageKind::Base), (3, PageKind::Delta)] {
+            let b = encode_delta(2, 1, Some(prev), &entries);
+            assert!(Record::decode(&b).is_err(), "{prev:?}");
+        }
+        // A consolidated file's DeltaPage follows the BasePage of its own version; others an older record.
+        for prev in [(2, PageKind::Base), (1, PageKind::Delta), (1, PageKind::Base)] {
+            let b = encode_delta(2, 1, Some(prev), &entries);
+            assert!(Record::decode(&b).is_ok(), "{prev:?}");
+        }
     }
 
     fn leaf(b: u8) -> Cell {
