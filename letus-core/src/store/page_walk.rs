@@ -146,7 +146,7 @@ struct Walk<'a> {
     tid: TrieId,
     skip: Version,
     visit: &'a mut dyn FnMut(&Engine, Visit<'_>) -> Result<()>,
-    held: &'a mut dyn FnMut(&PruneProgress),
+    held: &'a mut dyn FnMut(&PruneProgress) -> Result<()>,
     pages: u64,
 }
 
@@ -170,7 +170,7 @@ impl Shared {
         roots: &[(TrieId, Version)],
         skip: Version,
         visit: &mut dyn FnMut(&Engine, Visit<'_>) -> Result<()>,
-        held: &mut dyn FnMut(&PruneProgress),
+        held: &mut dyn FnMut(&PruneProgress) -> Result<()>,
     ) -> Result<u64> {
         let _sequential = crate::lsvps::Sequential::begin();
         let mut pages = 0u64;
@@ -231,8 +231,7 @@ impl Shared {
                     depth: batch.first().map_or(0, |(id, _)| id.depth),
                     level_done: done,
                     level_pages: total,
-                });
-                Ok(())
+                })
             })?;
             level = next;
         }
@@ -264,7 +263,7 @@ mod tests {
                 .count();
             Ok(())
         };
-        let mut held = |_: &PruneProgress| {};
+        let mut held = |_: &PruneProgress| Ok(());
         let _sequential = crate::lsvps::Sequential::begin();
         for &(tid, v) in &roots {
             let mut w = Walk {

@@ -437,20 +437,27 @@ impl Shared {
     ) -> Result<(FileMeta, u64)> {
         let mut w = IndexFileWriter::create_bases_only(fs, tmp, counters.clone())?;
         let (mut records, mut min_version, mut counted) = (0u64, boundary, 0u64);
+        // A hold's records are written after it: the writer fsyncs as it goes, and a commit waiting to publish
+        // must not wait for that.
+        let held_records = std::cell::RefCell::new(Vec::new());
         let pages = self.walk_pages(
             roots,
             skip,
             &mut |e, p| {
                 let (key, bytes) = base_record(e, p.tid, p.id, p.version, p.cells, p.head)?;
                 min_version = min_version.min(key.version);
-                w.add(&key, &bytes)?;
+                held_records.borrow_mut().push((key, bytes));
                 records += 1;
                 Ok(())
             },
             &mut |p| {
+                for (key, bytes) in held_records.borrow_mut().drain(..) {
+                    w.add(&key, &bytes)?;
+                }
                 Counters::add(&counters.pruned_pages, p.pages - counted);
                 counted = p.pages;
-                progress(p)
+                progress(p);
+                Ok(())
             },
         )?;
         let meta = FileMeta {

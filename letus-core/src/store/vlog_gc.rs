@@ -354,7 +354,7 @@ impl Shared {
                 }
                 Ok(())
             },
-            &mut |_: &PruneProgress| {},
+            &mut |_: &PruneProgress| Ok(()),
         );
         let seed = match walked {
             Ok(_) => self.dead_above_boundary(version),

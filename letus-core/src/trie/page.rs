@@ -1057,12 +1057,20 @@ mod tests {
     #[test]
     fn a_delta_page_whose_predecessor_is_not_older_is_refused() {
         let entries = [(2, vec![(1, None)])];
-        for prev in [(2, PageKind::Delta), (3, PageKind::Base), (3, PageKind::Delta)] {
+        for prev in [
+            (2, PageKind::Delta),
+            (3, PageKind::Base),
+            (3, PageKind::Delta),
+        ] {
             let b = encode_delta(2, 1, Some(prev), &entries);
             assert!(Record::decode(&b).is_err(), "{prev:?}");
         }
         // A consolidated file's DeltaPage follows the BasePage of its own version; others an older record.
-        for prev in [(2, PageKind::Base), (1, PageKind::Delta), (1, PageKind::Base)] {
+        for prev in [
+            (2, PageKind::Base),
+            (1, PageKind::Delta),
+            (1, PageKind::Base),
+        ] {
             let b = encode_delta(2, 1, Some(prev), &entries);
             assert!(Record::decode(&b).is_ok(), "{prev:?}");
         }
