@@ -122,7 +122,7 @@ pub(crate) struct IndexEntry {
 
 impl IndexEntry {
     /// Offset just past this entry's page block.
-    fn end(&self) -> u64 {
+    pub(crate) fn end(&self) -> u64 {
         self.offset + PAGE_BLOCK_HEADER_LEN + u64::from(self.len)
     }
 }
@@ -879,27 +879,31 @@ impl IndexFile {
     }
 
     /// The byte ranges `(start, len)` of this file worth keeping on a fast disk when the rest of it moves to a slow
-    /// tier: the header and the page blocks of pages shallower than `depth` (the top of every trie, which every
-    /// proof and every update of an old version reads), and the index blocks, lookup block and footer (which every
-    /// lookup reads). Records are in key order and keys start with the depth, so the first range is a prefix of
-    /// the page region. Reads at most one index block.
+    /// tier, in order and disjoint: the header and the page blocks of pages shallower than `depth` (the top of
+    /// every trie, which every proof and every update of an old version reads), and the index blocks, lookup
+    /// block and footer (which every lookup reads). Keys are ordered by trie, then depth: each trie's top pages
+    /// are one run of records, at the start of that trie's records. Reads (past the block cache) only the index
+    /// blocks that can hold such records: those starting above `depth`, and those where a trie starts.
     pub fn hot_ranges(&self, depth: u8) -> Result<Vec<(u64, u64)>> {
-        let mut ranges = Vec::new();
-        let i = self
-            .lookup
-            .partition_point(|l| l.first_key.page.depth < depth);
-        if let Some(i) = i.checked_sub(1) {
-            let block = self.block(i)?;
-            if let Some(end) = block
+        let mut runs: Vec<(u64, u64)> = vec![(0, HEADER_LEN)];
+        for (i, l) in self.lookup.iter().enumerate() {
+            let next = self.lookup.get(i + 1).map(|n| n.first_key.tid);
+            if l.first_key.page.depth >= depth && next == Some(l.first_key.tid) {
+                continue;
+            }
+            for e in self
+                .read_block(i)?
                 .entries
                 .iter()
                 .filter(|e| e.key.page.depth < depth)
-                .map(IndexEntry::end)
-                .max()
             {
-                ranges.push((0, end));
+                match runs.last_mut() {
+                    Some(last) if last.1 >= e.offset => last.1 = last.1.max(e.end()),
+                    _ => runs.push((e.offset, e.end())),
+                }
             }
         }
+        let mut ranges: Vec<(u64, u64)> = runs.into_iter().map(|(s, e)| (s, e - s)).collect();
         ranges.push((self.pages_end, self.size - self.pages_end));
         Ok(ranges)
     }

@@ -811,3 +811,40 @@ fn lsvps_a_base_file_is_format_4_and_holds_base_pages_only() {
     assert!(f.bases_only());
     assert_corrupt(f.get(&delta), &relabelled);
 }
+
+/// Found by review: the pinned ranges were found as if keys started with the depth (they start with the trie), so
+/// a file holding several tries pinned the top of one trie at most, or nearly all of the first.
+#[test]
+fn hot_ranges_hold_the_top_pages_of_every_trie_and_nothing_deeper() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("000001.idx");
+    let mut rng = Rng::new(5);
+    // Many tries, many records each: the index blocks fill, and tries start inside them.
+    let mut model = Model::new();
+    for tid in 0..5u32 {
+        for (i, &page) in pages().iter().enumerate() {
+            for v in 1..=(40 + i as u64) {
+                let len = rng.below(300) as usize;
+                model.insert(PageKey::new(tid, page, v, kind(v % 3 == 0)), rng.bytes(len));
+            }
+        }
+    }
+    let meta = meta_for(&model);
+    write_file(&path, &model, &meta);
+    let f = open(&path, 1, 1 << 20).unwrap();
+    for depth in [2u8, 4, 6] {
+        let ranges = f.hot_ranges(depth).unwrap();
+        assert!(
+            ranges.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0),
+            "{ranges:?}"
+        );
+        assert_eq!(ranges[0].0, 0);
+        let inside = |s: u64, e: u64| ranges.iter().any(|&(a, l)| a <= s && e <= a + l);
+        for key in model.keys() {
+            let e = f.locate(key).unwrap().unwrap();
+            assert_eq!(e.key, *key);
+            let pinned = inside(e.offset, e.end());
+            assert_eq!(pinned, key.page.depth < depth, "{key:?} at depth {depth}");
+        }
+    }
+}
