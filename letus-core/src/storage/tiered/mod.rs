@@ -237,6 +237,9 @@ pub(crate) struct Inner {
     signal: Arc<Signal>,
     /// Serializes moves (the mover thread, [`Tiered::migrate_now`]).
     moving: Mutex<()>,
+    /// Serializes passes (the mover thread, [`Tiered::migrate_now`]): a pass takes `moving` one file at a time, so
+    /// that the engine's removal of a moved file waits for one move, not a whole pass.
+    passes: Mutex<()>,
     /// The thread holding `moving` during a pass: the engine's removal of a warm file while the pass consolidates
     /// it (on that thread, through [`PrepareFn`]) must not wait for the pass.
     moving_thread: Mutex<Option<std::thread::ThreadId>>,
@@ -380,6 +383,7 @@ impl Tiered {
             counters: TierCounters::default(),
             signal: Arc::new(Signal::default()),
             moving: Mutex::new(()),
+            passes: Mutex::new(()),
             moving_thread: Mutex::new(None),
             last_error: Mutex::new(None),
             before_cold: Mutex::new(None),
@@ -521,6 +525,18 @@ fn cold_set_body(n: u64, m: &Manifest) -> Vec<u8> {
 }
 
 impl Inner {
+    /// Removes hot file `rel` and its manifest record.
+    fn remove_hot(&self, rel: &str) -> io::Result<()> {
+        self.cfg.hot.remove_file(&self.cfg.root.join(rel))?;
+        self.lock_entries().remove(rel);
+        let mut m = self.lock_manifest();
+        if m.files.remove(rel).is_some() {
+            m.store(&*self.cfg.hot, &self.cfg.root)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        Ok(())
+    }
+
     fn lock_manifest(&self) -> std::sync::MutexGuard<'_, Manifest> {
         self.manifest.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -1006,19 +1022,21 @@ impl Storage for Tiered {
         let Some(rel) = inner.rel(path) else {
             return inner.cfg.hot.remove_file(path);
         };
-        let rec = inner.lock_manifest().files.get(&rel).cloned();
-        match rec {
-            Some(f) if f.tier != Tier::Hot => inner.forget_moved(&rel, &f),
-            _ => {
-                inner.cfg.hot.remove_file(path)?;
-                inner.lock_entries().remove(&rel);
-                let mut m = inner.lock_manifest();
-                if m.files.remove(&rel).is_some() {
-                    m.store(&*inner.cfg.hot, &inner.cfg.root)
-                        .map_err(|e| io::Error::other(e.to_string()))?;
-                }
-                Ok(())
+        let moved = |i: &Inner| {
+            i.lock_manifest()
+                .files
+                .get(&rel)
+                .is_some_and(|f| f.tier != Tier::Hot)
+        };
+        if moved(inner) {
+            return inner.forget_moved(&rel);
+        }
+        match inner.remove_hot(&rel) {
+            // Moved meanwhile (the mover switched it and deleted the hot copy): removed where it is now.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && moved(inner) => {
+                inner.forget_moved(&rel)
             }
+            r => r,
         }
     }
 

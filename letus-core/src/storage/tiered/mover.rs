@@ -209,6 +209,10 @@ impl Inner {
             })
             .collect();
         let mut m = self.lock_manifest();
+        // The clock read after the listing: a file sealed by a commit still running (a block segment sealed by the
+        // append of version v, whose commit is pending) is listed after the clock passed v - 1, so it ages from v
+        // at the earliest, and never moves before that commit is done. `version` may be far older (a pass's).
+        let version = version.max(self.signal.lock().0);
         // The highest number of each directory and extension, wherever its file is: that file is the active one.
         let mut highest: std::collections::HashMap<(String, String), u64> = Default::default();
         let key_of = |rel: &str| -> Option<((String, String), u64)> {
@@ -309,7 +313,7 @@ impl Inner {
     /// One pass of the policy: records newly sealed files, then moves what is due (at most the policy's bytes per
     /// pass, and at most `max_files`). Returns the number of files moved.
     pub(super) fn migrate_once(&self, max_files: u64) -> Result<usize> {
-        let _one = self.lock_moving();
+        let _pass = self.passes.lock().unwrap_or_else(|e| e.into_inner());
         let version = self.signal.lock().0;
         self.record_sealed(version)?;
         let m = self.lock_manifest().clone();
@@ -334,11 +338,18 @@ impl Inner {
             if moved as u64 >= max_files || bytes >= self.cfg.policy.max_bytes_per_pass {
                 break;
             }
+            let one = self.lock_moving();
+            // Removed or changed since the pass listed it (the engine removes files between moves).
+            if self.lock_manifest().files.get(&rel) != Some(&f) {
+                continue;
+            }
             let result = self.prepare_and_move(&rel, &f, to);
+            drop(one);
             // A pass can take many versions (a consolidation and an upload of a large file): files sealed
             // meanwhile are recorded now, so that their age counts from about when they were sealed, not from the
             // next pass.
-            let _ = self.record_sealed(self.signal.lock().0);
+            let now = self.signal.lock().0;
+            let _ = self.record_sealed(now);
             match result {
                 Ok(()) => {
                     moved += 1;
@@ -641,8 +652,16 @@ impl Inner {
     }
 
     /// The engine removes a file that is in the warm or cold tier.
-    pub(super) fn forget_moved(&self, rel: &str, f: &FileRecord) -> io::Result<()> {
+    pub(super) fn forget_moved(&self, rel: &str) -> io::Result<()> {
         let _one = self.lock_moving();
+        // Read under the move lock: a move that ran meanwhile changed where the file is.
+        let Some(f) = self.lock_manifest().files.get(rel).cloned() else {
+            return Ok(());
+        };
+        if f.tier == Tier::Hot {
+            return self.remove_hot(rel);
+        }
+        let f = &f;
         if f.tier == Tier::Cold {
             self.claim_cold()
                 .map_err(|e| io::Error::other(e.to_string()))?;
