@@ -55,7 +55,9 @@ fn main() {
     for round in ["first", "second"] {
         chunks.clear();
         let t = Instant::now();
-        let m = snap.snapshot_manifest(0, 1, a.max_pairs, 1 << 20).unwrap();
+        let m = snap
+            .snapshot_manifest(0, 1, a.max_pairs, u64::MAX, 1 << 20)
+            .unwrap();
         let tm = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let mut bytes = 0usize;

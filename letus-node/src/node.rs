@@ -197,6 +197,11 @@ pub(crate) fn decode_write(w: &WriteOp, field: &str, i: usize) -> Result<Decoded
     Ok((w.tid, key, value))
 }
 
+/// The most bytes of records a snapshot chunk carries: a verifier with SPEC.md's default limits takes the chunk.
+fn max_chunk_body() -> usize {
+    letus_verify::Limits::default().max_chunk_bytes - letus_verify::snapshot::CHUNK_HEAD_LEN
+}
+
 /// The fingerprint of a block request, stored with the block so that a repeated POST can be told from a
 /// different block for the same version.
 pub fn request_hash(version: Version, writes: &[DecodedWrite], block: &[u8]) -> [u8; 32] {
@@ -787,7 +792,7 @@ impl Node {
         let max_entries = letus_verify::Limits::default().max_snapshot_items;
         let m = Arc::new(
             store
-                .snapshot_manifest(tid, v, max_pairs, max_entries)?
+                .snapshot_manifest(tid, v, max_pairs, max_chunk_body() as u64, max_entries)?
                 .encode(),
         );
         let mut cache = self.manifests.lock().map_err(lock_err)?;
@@ -813,9 +818,7 @@ impl Node {
         let store = self.reader().snapshot();
         let v = Self::resolve(&store, Some(version))?;
         trie_digest(&store, tid, v)?;
-        let max = letus_verify::Limits::default().max_chunk_bytes
-            - letus_verify::snapshot::CHUNK_HEAD_LEN;
-        Ok(store.snapshot_chunk(tid, v, index, depth, prefix, max)?)
+        Ok(store.snapshot_chunk(tid, v, index, depth, prefix, max_chunk_body())?)
     }
 
     /// Puts pages a bulk load of this node's store built in its page cache ([`letus_core::Store::warm`]);

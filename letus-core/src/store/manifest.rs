@@ -20,24 +20,24 @@ use crate::trie::{slot_nibbles, SlotSource};
 enum Node {
     /// A single leaf: an entry of one pair.
     Leaf(Leaf),
-    /// A page (its top at `id.depth`), with the hash its parent keeps for it and its leaf count when known.
+    /// A page (its top at `id.depth`), with the hash its parent keeps for it and its size when known.
     Page {
         id: PageId,
         version: Version,
         hash: Hash,
-        count: Option<u64>,
+        size: Option<Size>,
     },
-    /// The branch below child nibble `c` of page `page`: its grandchild slots, each with its leaf count.
+    /// The branch below child nibble `c` of page `page`: its grandchild slots, each with its size.
     Branch {
         page: PageId,
         c: u8,
-        cells: Vec<(SlotNo, Cell, u64)>,
+        cells: Vec<(SlotNo, Cell, Size)>,
     },
 }
 
 impl Node {
-    /// The node `cell` in slot `slot` of page `page` stands for; `count`: its leaves, when known.
-    fn of(page: PageId, slot: SlotNo, cell: Cell, count: Option<u64>) -> Node {
+    /// The node `cell` in slot `slot` of page `page` stands for; `size`: its size, when known.
+    fn of(page: PageId, slot: SlotNo, cell: Cell, size: Option<Size>) -> Node {
         match cell {
             Cell::Leaf(l) => Node::Leaf(l),
             Cell::Page { hash, version } => {
@@ -46,17 +46,43 @@ impl Node {
                     id: page.child(c, g),
                     version,
                     hash,
-                    count,
+                    size,
                 }
             }
         }
     }
 }
 
+/// A subtree's leaves, and a bound on the bytes of its chunk's records: each leaf's value-log record, which holds
+/// its key and value behind a longer header than a chunk record's.
+#[derive(Clone, Copy, Default)]
+struct Size {
+    pairs: u64,
+    bytes: u64,
+}
+
+impl Size {
+    fn of_leaf(l: &Leaf) -> Size {
+        Size {
+            pairs: 1,
+            bytes: u64::from(l.loc.len),
+        }
+    }
+
+    fn sum<'a>(sizes: impl Iterator<Item = &'a Size>) -> Size {
+        sizes.fold(Size::default(), |a, b| Size {
+            pairs: a.pairs + b.pairs,
+            bytes: a.bytes.saturating_add(b.bytes),
+        })
+    }
+}
+
 impl Snapshot {
     /// The manifest of trie `tid` at `version` (SPEC.md §12.1): the subtrees at depth [`SNAPSHOT_TOP_DEPTH`],
-    /// each split one nibble at a time while it holds more than `max_pairs` pairs. Reads every page of the state
-    /// (no value), holding the engine for one page at a time. More than `max_entries` entries (a `max_pairs`
+    /// each split one nibble at a time while it holds more than `max_pairs` pairs or its chunk's records could
+    /// pass `max_chunk_bytes` (bounded by the leaves' value-log records; a chunk above it would be refused, and a
+    /// join could never finish). Reads every page of the state (no value), holding the engine for one page at a
+    /// time. More than `max_entries` entries (a `max_pairs`
     /// too small for the state; a verifier refuses a manifest above its `max_snapshot_items`) is
     /// [`Error::TooLarge`], found as soon as the manifest passes it.
     pub fn snapshot_manifest(
@@ -64,10 +90,12 @@ impl Snapshot {
         tid: TrieId,
         version: Version,
         max_pairs: u64,
+        max_chunk_bytes: u64,
         max_entries: usize,
     ) -> Result<Manifest> {
         let root = self.digest(tid, version)?.root;
         let max_pairs = max_pairs.max(1);
+        let fits = |s: &Size| s.pairs <= max_pairs && s.bytes <= max_chunk_bytes;
         let top = self.shared.walk_view(Some(self.version), |v| {
             v.engine
                 .root_page(tid, v.at(version))
@@ -95,12 +123,12 @@ impl Snapshot {
                 Node::Page {
                     id,
                     hash,
-                    count: Some(count),
+                    size: Some(size),
                     ..
-                } if count <= max_pairs => items.push(SnapshotItem {
+                } if fits(&size) => items.push(SnapshotItem {
                     depth,
                     prefix: id.prefix,
-                    count,
+                    count: size.pairs,
                     hash,
                 }),
                 Node::Page {
@@ -110,12 +138,12 @@ impl Snapshot {
                     ..
                 } => {
                     let cells = self.counted_slots(tid, version, id, pv)?;
-                    let count = cells.iter().map(|(_, _, n)| n).sum::<u64>();
-                    if count <= max_pairs || depth >= 64 {
+                    let size = Size::sum(cells.iter().map(|(_, _, n)| n));
+                    if fits(&size) || depth >= 64 {
                         items.push(SnapshotItem {
                             depth,
                             prefix: id.prefix,
-                            count,
+                            count: size.pairs,
                             hash,
                         });
                     } else {
@@ -124,8 +152,8 @@ impl Snapshot {
                     }
                 }
                 Node::Branch { page, c, cells } => {
-                    let count = cells.iter().map(|(_, _, n)| n).sum::<u64>();
-                    if count <= max_pairs {
+                    let size = Size::sum(cells.iter().map(|(_, _, n)| n));
+                    if fits(&size) {
                         let mut children = [EMPTY; 16];
                         for (slot, cell, _) in &cells {
                             children[usize::from(slot_nibbles(*slot).1)] = cell.hash();
@@ -135,7 +163,7 @@ impl Snapshot {
                         items.push(SnapshotItem {
                             depth,
                             prefix,
-                            count,
+                            count: size.pairs,
                             hash: fold(&children),
                         });
                     } else {
@@ -170,7 +198,7 @@ impl Snapshot {
         stack: &mut Vec<(u8, Node)>,
         depth: u8,
         id: PageId,
-        cells: &[(SlotNo, Cell, u64)],
+        cells: &[(SlotNo, Cell, Size)],
     ) {
         for c in 0..16u8 {
             let lo = grand_slot(c, 0);
@@ -179,7 +207,7 @@ impl Snapshot {
                 stack.push((depth, Node::Leaf(*l)));
                 continue;
             }
-            let below: Vec<(SlotNo, Cell, u64)> = cells
+            let below: Vec<(SlotNo, Cell, Size)> = cells
                 .iter()
                 .filter(|(s, _, _)| (lo..lo + 16).contains(s))
                 .cloned()
@@ -197,8 +225,8 @@ impl Snapshot {
         }
     }
 
-    /// The slots of page `id` (its version `pv`) of trie `tid` at `version`, each with the number of leaves
-    /// below it (a walk of every page below). A page whose count was known and is split is counted again here,
+    /// The slots of page `id` (its version `pv`) of trie `tid` at `version`, each with the size of what is below
+    /// it (a walk of every page below). A page whose count was known and is split is counted again here,
     /// once per depth it is split at.
     fn counted_slots(
         &self,
@@ -206,18 +234,19 @@ impl Snapshot {
         version: Version,
         id: PageId,
         pv: Version,
-    ) -> Result<Vec<(SlotNo, Cell, u64)>> {
+    ) -> Result<Vec<(SlotNo, Cell, Size)>> {
         self.page_slots(tid, version, id, pv)?
             .iter()
             .map(|(slot, cell)| {
                 let n = match cell {
-                    Cell::Leaf(_) => 1,
+                    Cell::Leaf(l) => Size::of_leaf(l),
                     Cell::Page { version: cv, .. } => {
                         let (c, g) = slot_nibbles(*slot);
-                        self.counted_slots(tid, version, id.child(c, g), *cv)?
-                            .iter()
-                            .map(|(_, _, n)| n)
-                            .sum()
+                        Size::sum(
+                            self.counted_slots(tid, version, id.child(c, g), *cv)?
+                                .iter()
+                                .map(|(_, _, n)| n),
+                        )
                     }
                 };
                 Ok((*slot, *cell, n))
@@ -297,7 +326,7 @@ mod tests {
                 let root = snap.digest(0, version).unwrap().root;
                 for max_pairs in [1u64, 2, 3, 10, 100, 1000, 1 << 20] {
                     let m = snap
-                        .snapshot_manifest(0, version, max_pairs, usize::MAX)
+                        .snapshot_manifest(0, version, max_pairs, u64::MAX, usize::MAX)
                         .unwrap();
                     assert_eq!(
                         m.items,

@@ -391,7 +391,9 @@ mod tests {
         let snap = s.snapshot();
         for version in [1u64, 2] {
             let root = snap.digest(0, version).unwrap().root;
-            let m = snap.snapshot_manifest(0, version, 5, 1 << 20).unwrap();
+            let m = snap
+                .snapshot_manifest(0, version, 5, u64::MAX, 1 << 20)
+                .unwrap();
             assert!(m.items.len() > 256, "split below depth 2");
             let l = Limits::default();
             let vm = M::decode(&m.encode(), &l)
@@ -412,15 +414,67 @@ mod tests {
             }
             assert_eq!(got, 3000);
         }
-        let it = snap.snapshot_manifest(0, 2, 5, 1 << 20).unwrap().items[0];
+        let it = snap
+            .snapshot_manifest(0, 2, 5, u64::MAX, 1 << 20)
+            .unwrap()
+            .items[0];
         assert!(matches!(
-            snap.snapshot_manifest(0, 2, 1, 100),
+            snap.snapshot_manifest(0, 2, 1, u64::MAX, 100),
             Err(Error::TooLarge { .. })
         ));
         assert!(matches!(
             snap.snapshot_chunk(0, 2, 0, it.depth, &it.prefix, 10),
             Err(Error::ChunkTooLarge { .. })
         ));
+    }
+
+    /// Found by review: entries were split by pairs alone, so a subtree of a few large values made an entry whose
+    /// chunk every source refused (`ChunkTooLarge`), and a join could never finish.
+    #[test]
+    fn a_manifest_splits_large_values_into_chunks_a_source_serves() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = store(d.path());
+        // Keys of one depth-2 subtree (the first byte of their paths), with values of 100 KB, and small keys
+        // elsewhere.
+        let big: Vec<Vec<u8>> = (0u32..)
+            .map(|i| format!("big-{i}").into_bytes())
+            .filter(|k| KeyPath::of(k).0[0] == 0x5a)
+            .take(12)
+            .collect();
+        for (i, k) in big.iter().enumerate() {
+            s.put(0, k, &vec![i as u8; 100_000]).unwrap();
+        }
+        for i in 0..2000u32 {
+            s.put(0, format!("k{i}").as_bytes(), b"v").unwrap();
+        }
+        s.commit(1).unwrap();
+        let snap = s.snapshot();
+        let root = snap.digest(0, 1).unwrap().root;
+        let max = 300_000usize;
+        // Split by pairs alone, the subtree is one entry whose chunk is refused.
+        let by_pairs = snap
+            .snapshot_manifest(0, 1, 16_384, u64::MAX, 1 << 20)
+            .unwrap();
+        assert!(by_pairs.items.iter().any(|it| snap
+            .snapshot_chunk(0, 1, 0, it.depth, &it.prefix, max)
+            .is_err()));
+        let m = snap
+            .snapshot_manifest(0, 1, 16_384, max as u64, 1 << 20)
+            .unwrap();
+        let l = Limits::default();
+        let vm = M::decode(&m.encode(), &l)
+            .unwrap()
+            .verify(0, 1, &root)
+            .unwrap();
+        assert_eq!(vm.pairs(), 2012);
+        let mut got = 0u64;
+        for (i, it) in vm.items().iter().enumerate() {
+            let c = snap
+                .snapshot_chunk(0, 1, i as u32, it.depth, &it.prefix, max)
+                .unwrap_or_else(|e| panic!("entry {i} at depth {}: {e}", it.depth));
+            got += vm.verify_chunk(i as u32, &c, &l).unwrap().pairs.len() as u64;
+        }
+        assert_eq!(got, 2012);
     }
 
     #[test]
