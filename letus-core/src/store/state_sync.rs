@@ -47,11 +47,9 @@ impl View<'_> {
         Ok(leaves)
     }
 
-    /// The leaves of the keys of trie `tid` whose values differ between versions `from` and `to`, in path order:
-    /// the leaf at `to`, or the one at `from` (for its key) with `false` when the key is gone. A trie that does
-    /// not exist at `from` counts as empty there. `None` when there are more than `max`.
-    /// Appends to `leaves` the changed leaves under child `part` of the root (see [`trie::diff::diff_part`]);
-    /// `false` once there are more than `max` in all.
+    /// Appends to `leaves` the changed leaves of trie `tid` between versions `from` and `to` under child `part`
+    /// of the root, in path order (see [`trie::diff::diff_part`]); `false` once there are more than `max` in all.
+    /// A trie that does not exist at `from` counts as empty there.
     pub(super) fn change_leaves_part(
         &self,
         tid: TrieId,
@@ -502,6 +500,46 @@ mod tests {
             .collect();
         want.sort_by_key(|(k, _)| KeyPath::of(k));
         want
+    }
+
+    /// Found by review: against a trie absent or of one key at `from`, the whole difference was walked in the
+    /// first part, in one hold of the engine (a commit waiting to publish waited for all of it).
+    #[test]
+    fn each_part_of_a_change_walk_holds_its_child_alone_whatever_the_root_was() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = store(d.path());
+        s.put(0, b"lone", b"1").unwrap();
+        s.commit(1).unwrap();
+        for i in 0..2000u32 {
+            s.put(0, format!("k{i}").as_bytes(), b"v").unwrap();
+            s.put(1, format!("k{i}").as_bytes(), b"v").unwrap();
+        }
+        s.commit(2).unwrap();
+        let snap = s.snapshot();
+        // Trie 0 was one key at 1, trie 1 did not exist.
+        for tid in [0u32, 1] {
+            let mut total = 0;
+            for part in 0..16u8 {
+                let mut leaves = Vec::new();
+                assert!(snap
+                    .shared
+                    .walk_view(Some(snap.version), |v| {
+                        v.change_leaves_part(tid, 1, 2, part, usize::MAX, &mut leaves)
+                    })
+                    .unwrap());
+                for (old, new) in &leaves {
+                    let l = new.or(*old).unwrap();
+                    assert_eq!(l.path.0[0] >> 4, part, "trie {tid}");
+                }
+                assert!(
+                    leaves.len() < 400,
+                    "trie {tid} part {part}: {}",
+                    leaves.len()
+                );
+                total += leaves.len();
+            }
+            assert_eq!(total, 2000, "trie {tid}");
+        }
     }
 
     #[test]

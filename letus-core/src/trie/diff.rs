@@ -37,8 +37,9 @@ pub fn diff<S: SlotSource>(
 }
 
 /// [`diff`] of one part of the pages' subtree: with `Some(c)`, only what lies under child `c` of `old` and `new`
-/// (the whole difference when either is not a branch page, in part 0, and nothing in the other parts). The 16
-/// parts in order give what [`diff`] gives, so that a caller can let go of the engine between them.
+/// (the keys whose paths have nibble `c` at the pages' depth). The 16 parts in order give what [`diff`] gives,
+/// so that a caller can let go of the engine between them; each part walks only its child's pages, whatever the
+/// other side is (a trie against an absent or one-key one included).
 pub fn diff_part<S: SlotSource>(
     src: &S,
     tid: TrieId,
@@ -48,16 +49,12 @@ pub fn diff_part<S: SlotSource>(
     max: usize,
     out: &mut Vec<LeafChange>,
 ) -> Result<bool> {
-    let whole_here = part.is_none_or(|c| c == 0);
     let (Some(o), Some(n)) = (old, new) else {
-        if !whole_here {
-            return Ok(true);
-        }
         return collect_and_merge(
             max,
             out,
-            |a| old.map_or(Ok(true), |p| page_leaves(src, tid, p, a)),
-            |b| new.map_or(Ok(true), |p| page_leaves(src, tid, p, b)),
+            |a| old.map_or(Ok(true), |p| part_leaves(src, tid, p, part, a)),
+            |b| new.map_or(Ok(true), |p| part_leaves(src, tid, p, part, b)),
         );
     };
     // The same page version: nothing below differs.
@@ -68,14 +65,11 @@ pub fn diff_part<S: SlotSource>(
     // collecting both sides costs what changed.
     let branch = |p: &PageSlots<'_>| p.2.first().is_some_and(|(s, _)| *s != 0);
     if !branch(&o) || !branch(&n) {
-        if !whole_here {
-            return Ok(true);
-        }
         return collect_and_merge(
             max,
             out,
-            |a| page_leaves(src, tid, o, a),
-            |b| page_leaves(src, tid, n, b),
+            |a| part_leaves(src, tid, o, part, a),
+            |b| part_leaves(src, tid, n, part, b),
         );
     }
     for c in part.map_or(0..16u8, |c| c..c + 1) {
@@ -229,6 +223,39 @@ fn page_leaves<S: SlotSource>(
         Ok(more)
     })?;
     Ok(more)
+}
+
+/// The leaves of page `p`, or with `Some(c)` those below its child `c` alone.
+fn part_leaves<S: SlotSource>(
+    src: &S,
+    tid: TrieId,
+    p: PageSlots<'_>,
+    part: Option<u8>,
+    out: &mut Leaves,
+) -> Result<bool> {
+    let Some(c) = part else {
+        return page_leaves(src, tid, p, out);
+    };
+    let (id, _, cells) = p;
+    match cells.first() {
+        // The root page's lone leaf: in the part of its path's first nibble (page depths are even).
+        Some((0, Cell::Leaf(l))) => {
+            if l.path.0[usize::from(id.depth / 2)] >> 4 == c {
+                Ok(out.push(*l))
+            } else {
+                Ok(true)
+            }
+        }
+        _ => child_leaves(
+            src,
+            tid,
+            id,
+            c,
+            cell(cells, child_slot(c)),
+            grandchildren(cells, c),
+            out,
+        ),
+    }
 }
 
 /// The leaves of child `c` of page `id`: its leaf `leaf`, or below its grandchildren `grand`.
