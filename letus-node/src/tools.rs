@@ -609,42 +609,32 @@ fn import_into(
         .transpose()?;
     // The source's errors (reading the file, decoding the stream) stop the load and are reported as they are.
     let mut failed: Option<String> = None;
-    let loaded = if header.root == letus_verify::EMPTY {
-        // An empty trie: nothing to load, one empty commit.
-        Store::open(tmp, Options::default()).and_then(|mut store| {
-            if let Some((size, peaks)) = frontier.clone() {
-                store.set_history_base(header.tid, size, peaks)?;
+    // An empty trie (every key deleted) loads as one with the empty root.
+    let loaded = Store::bulk_load(
+        tmp,
+        Options::default(),
+        header.tid,
+        header.version,
+        frontier.clone(),
+        || loop {
+            match reader.next_record() {
+                Ok(Some((k, v))) => return Ok(Some((k.to_vec(), v.to_vec()))),
+                Ok(None) => {}
+                Err(e) => {
+                    failed = Some(in_file(e));
+                    return Err(letus_core::Error::Cancelled);
+                }
             }
-            store.commit(header.version)?;
-            Ok(store)
-        })
-    } else {
-        Store::bulk_load(
-            tmp,
-            Options::default(),
-            header.tid,
-            header.version,
-            frontier.clone(),
-            || loop {
-                match reader.next_record() {
-                    Ok(Some((k, v))) => return Ok(Some((k.to_vec(), v.to_vec()))),
-                    Ok(None) => {}
-                    Err(e) => {
-                        failed = Some(in_file(e));
-                        return Err(letus_core::Error::Cancelled);
-                    }
+            match read_chunk(&mut reader) {
+                Ok(true) => {}
+                Ok(false) => return Ok(None),
+                Err(e) => {
+                    failed = Some(e);
+                    return Err(letus_core::Error::Cancelled);
                 }
-                match read_chunk(&mut reader) {
-                    Ok(true) => {}
-                    Ok(false) => return Ok(None),
-                    Err(e) => {
-                        failed = Some(e);
-                        return Err(letus_core::Error::Cancelled);
-                    }
-                }
-            },
-        )
-    };
+            }
+        },
+    );
     let store = match loaded {
         Ok(store) => store,
         Err(e) => {

@@ -297,8 +297,8 @@ impl Store {
     ///
     /// Memory does not grow with the number of pairs beyond 58 bytes per page of the one index file written, and,
     /// with [`Options::bulk_load_keeps_pages`], the pages kept for the opened store's page cache, at most the
-    /// cache's share of `opts`' memory budget (see the module documentation). At least one pair is needed. On an error `dir` holds an unfinished store:
-    /// delete it.
+    /// cache's share of `opts`' memory budget (see the module documentation). No pair at all is the trie with the
+    /// empty root. On an error `dir` holds an unfinished store: delete it.
     pub fn bulk_load(
         dir: impl AsRef<Path>,
         opts: Options,
@@ -419,9 +419,6 @@ impl Store {
         let mut runs = std::mem::take(&mut b.runs);
         let built = std::mem::take(&mut b.keep);
         drop(b);
-        if pairs == 0 {
-            return Err(Error::InvalidBulkLoad("no pairs to load".into()));
-        }
         for run in runs.values_mut() {
             run.file
                 .append(&run.buf)
@@ -580,6 +577,23 @@ mod tests {
             assert_eq!(*p, e.read_page(0, id, v).unwrap());
         }
         assert_eq!(e.page_cache.len(), n);
+    }
+
+    /// An empty state (an export of a trie whose keys were all deleted) loads as the trie with the empty root, and
+    /// reopens so; a later commit writes into it.
+    #[test]
+    fn an_empty_state_loads_as_an_empty_trie() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("s");
+        let s = Store::bulk_load(&dir, Options::default(), 3, 7, None, || Ok(None)).unwrap();
+        assert_eq!(s.digest(3, 7).unwrap().root, EMPTY);
+        s.close().unwrap();
+        let mut s = Store::open(&dir, Options::default()).unwrap();
+        assert_eq!(s.digest(3, 7).unwrap().root, EMPTY);
+        assert_eq!(s.get(3, 7, b"k").unwrap(), None);
+        s.put(3, b"k", b"v").unwrap();
+        s.commit(8).unwrap();
+        assert_eq!(s.get(3, 8, b"k").unwrap().as_deref(), Some(&b"v"[..]));
     }
 
     /// The pages a bulk load leaves in the page cache are those a read from disk gives, head included: all of
