@@ -32,7 +32,7 @@ use crate::api::*;
 use crate::error::{hex_field, ApiError};
 
 /// A subtree's pairs, in path order.
-type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+pub(super) type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// Shards' tops at the version before a move step, by shard.
 type TopsCache = BTreeMap<usize, BTreeMap<u32, Tops>>;
@@ -184,6 +184,16 @@ impl Router {
                     ));
                 }
             },
+            // A piece larger than a shard serves in one chunk fails the same way at every block: the move
+            // cannot go on, and waiting would keep every later move from being asked for.
+            Err(e) if refused_as_too_large(&e) => {
+                tracing::error!(prefix = %format!("{:02x}", task.prefix), error = ?e, "move abandoned");
+                map.task = None;
+                map.abandoned = Some(format!(
+                    "the move of subtree {:02x} from shard {} to shard {} at version {v}: a piece of it is larger than a shard serves in one chunk ({e:?})",
+                    task.prefix, task.from, task.to
+                ));
+            }
             Err(e) => {
                 tracing::warn!(prefix = %format!("{:02x}", task.prefix), error = ?e, "a move step failed: tried again with the next block");
                 if task.phase == Phase::Copy {
@@ -382,7 +392,14 @@ impl Router {
         let nibble = |k: &[u8]| KeyPath::of(k).nibble(2);
         match piece {
             None => {
-                let all = self.subtree_pairs(i, tid, v, p, tops)?;
+                let all = match self.subtree_pairs(i, tid, v, p, tops) {
+                    Ok(all) => all,
+                    // More than one chunk holds: piece by piece from the first.
+                    Err(e) if refused_as_too_large(&e) => {
+                        return Ok((self.piece_pairs(i, tid, v, p, 0)?, Some(1)));
+                    }
+                    Err(e) => return Err(e),
+                };
                 if all.len() <= self.move_step_pairs {
                     return Ok((all, None));
                 }
@@ -398,7 +415,14 @@ impl Router {
 
     /// Piece `x` (depth 3) of shard `i`'s subtree `p` of trie `tid` at `v`, checked for lying in the piece, in
     /// path order.
-    fn piece_pairs(&self, i: usize, tid: u32, v: Version, p: u8, x: u8) -> Result<Pairs, ApiError> {
+    pub(super) fn piece_pairs(
+        &self,
+        i: usize,
+        tid: u32,
+        v: Version,
+        p: u8,
+        x: u8,
+    ) -> Result<Pairs, ApiError> {
         let s = &self.shards[i];
         let mut prefix = [0u8; 32];
         prefix[0] = p;
@@ -609,6 +633,11 @@ impl Router {
     pub(super) fn get_bytes(&self, url: &str) -> Result<Vec<u8>, ApiError> {
         super::read_body(url, self.agent.get(url).call())
     }
+}
+
+/// Whether a shard refused a chunk as larger than it serves (`413 too_large`): asking again gets the same answer.
+pub(super) fn refused_as_too_large(e: &ApiError) -> bool {
+    matches!(e, ApiError::Upstream { detail, .. } if detail.code == "too_large")
 }
 
 /// The tops of subtree `p` in every trie that has it.
