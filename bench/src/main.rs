@@ -89,8 +89,9 @@ struct Args {
     /// letus' `Options::max_delta_chain` (default: letus' default).
     #[arg(long)]
     letus_max_delta_chain: Option<u32>,
-    /// Systems in the I/Os-per-get study: those whose reads are system calls on the calling thread (letus and
-    /// the RocksDB-based ones; NOMT reads through io_uring, which a thread's read count does not see).
+    /// Systems in the I/Os-per-get study: the sweep counts the calling thread's read system calls. NOMT is left
+    /// out by default; the reason once given (its reads go through io_uring) does not hold for its gets, which a
+    /// reading of nomt 1.0's source shows to be blocking reads on the calling thread. Sweeping it is not done yet.
     #[arg(long, value_delimiter = ',', default_value = "letus,rocksdb,mpt,jmt")]
     sweep_systems: Vec<String>,
 }
@@ -355,7 +356,8 @@ fn run(name: &str, args: &Args) -> Result<Result1> {
         .history_depth
         .min(version.saturating_sub(first_measured));
     let hv = version - back;
-    let mut reads = Workload::new(args.workload, args.accounts, 1, 0xbeef);
+    // Not the warm reads' seed (0xbeef) nor the proofs' (0xfeed): the same keys would be read from warm caches.
+    let mut reads = Workload::new(args.workload, args.accounts, 1, 0x01d5);
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     let t = Instant::now();
     let mut supported = true;

@@ -549,7 +549,10 @@ impl Router {
         // again from the shards' tops, the last decision's version (which a shard may lack) finished from it.
         if router.coord.is_some() {
             let mut w = router.writer.lock().map_err(|_| "poisoned")?;
-            let from = latest.map_or(1, |l| l + 1);
+            let from = match latest {
+                Some(l) => l + 1,
+                None => router.first_version(newest)?,
+            };
             for v in from..=newest.unwrap_or(0) {
                 if pending.as_ref().is_some_and(|p| p.version == v) {
                     break;
@@ -1098,6 +1101,48 @@ impl Router {
                 c.pop_front();
             }
         }
+    }
+
+    /// The first version of the chain the shards hold (up to `newest`), for a router whose roots log is empty: a
+    /// chain need not start at version 1. Found by bisection on shard 0's tops (below the first version a shard
+    /// answers `version_not_found`). A version the shards no longer hold (pruned, or before a snapshot they
+    /// joined from) cannot be composed again, so this router cannot serve the history: an error.
+    fn first_version(&self, newest: Option<Version>) -> Result<Version, String> {
+        let Some(newest) = newest else {
+            return Ok(1);
+        };
+        let s = &self.shards[0];
+        let held = |v: Version| -> Result<bool, String> {
+            match self.get_json::<ShardTopsResponse>(&s.url, &format!("/v1/shard/tops?version={v}")) {
+                Ok(_) => Ok(true),
+                Err(ApiError::Upstream { detail, .. }) if detail.code == "version_not_found" => {
+                    Ok(false)
+                }
+                Err(ApiError::Upstream { detail, .. })
+                    if detail.code == "pruned" || detail.code == "before_snapshot" =>
+                {
+                    Err(format!(
+                        "{} no longer holds version {v} ({}): a router without the roots log of the versions \
+                         before it cannot compose the history; start it with a copy of another router's data \
+                         directory",
+                        s.url, detail.code
+                    ))
+                }
+                Err(e) => Err(format!("finding the chain's first version on {}: {e:?}", s.url)),
+            }
+        };
+        let (mut lo, mut hi) = (1, newest);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if held(mid)? {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        // `lo` is held unless the shard answered otherwise for it: asked again, its answer decides.
+        held(lo)?;
+        Ok(lo)
     }
 
     fn fetch_tops(&self, v: Version) -> Result<VersionTops, ApiError> {
