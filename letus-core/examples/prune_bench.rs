@@ -1,10 +1,13 @@
-//! Pruning on the bench's payment workload (issue 13's figures), one run:
+//! Pruning on a payment workload like the bench's (issue 13's figures), one run. The chain is generated here with
+//! its own seed (42) and amounts (0-99), so its blocks are not those of `bench/` (seed `0x5eed`, amounts 1-100).
 //!
 //! 1. `--windows`: the same chain (load of `--accounts` in blocks of 50,000, then `--blocks` payment blocks of
 //!    `--txs` transfers) applied to one store per setting — archive, and `Options::keep_versions` of each window
 //!    (0: keep only the latest state) — each on its own, durable commits: commit rate over the payment blocks,
-//!    p50/p99/max commit latency, then allocated bytes on disk as the pruner left it, pruned right up to the
-//!    window, and with the base files merged (`Store::prune_merged`, then closed: index files, value log, all)
+//!    p50/p99/max commit latency, the prunes (the store's `prunes` metric at the end: the background pruner's
+//!    and the final foreground ones, right up to the window and the merge), then allocated bytes on disk as the
+//!    pruner left it, pruned right up to the window, and with the base files merged (`Store::prune_merged`,
+//!    then closed: index files, value log, all)
 //!    against a fresh bulk import of the head state, and what value-log GC left: the value log against its live bytes (the exact
 //!    accounting of a last GC pass), the bytes it moved, and the lifetime value write amplification (value
 //!    records written, GC's copies included, over the chain's own records), after the merge (whose
