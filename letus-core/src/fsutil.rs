@@ -76,23 +76,45 @@ pub fn list(fs: &dyn Storage, dir: &Path) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Creates `dir` if missing, fsyncing its parent so that the directory itself is durable.
+/// Creates `dir` and its missing ancestors, fsyncing the parent of each one created so that every directory on
+/// the way is durable.
 pub fn ensure_dir(fs: &dyn Storage, dir: &Path) -> Result<()> {
-    match fs.kind(dir).map_err(|e| Error::io(dir, e))? {
-        Some(EntryKind::Dir) => Ok(()),
-        Some(_) => Err(Error::io(
-            dir,
-            std::io::Error::new(std::io::ErrorKind::AlreadyExists, "not a directory"),
-        )),
-        None => {
-            fs.create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-            let parent = match dir.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
-            };
-            sync_dir(fs, parent)
+    let parent_of = |d: &Path| -> std::path::PathBuf {
+        match d.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => Path::new(".").to_path_buf(),
+        }
+    };
+    // The missing directories, deepest first.
+    let mut missing = Vec::new();
+    let mut d = dir.to_path_buf();
+    loop {
+        match fs.kind(&d).map_err(|e| Error::io(&d, e))? {
+            Some(EntryKind::Dir) => break,
+            Some(_) => {
+                return Err(Error::io(
+                    &d,
+                    std::io::Error::new(std::io::ErrorKind::AlreadyExists, "not a directory"),
+                ))
+            }
+            None => {
+                let parent = parent_of(&d);
+                missing.push(d);
+                if parent == Path::new(".") || parent == Path::new("/") {
+                    break;
+                }
+                d = parent;
+            }
         }
     }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    fs.create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    for m in missing.iter().rev() {
+        sync_dir(fs, &parent_of(m))?;
+    }
+    Ok(())
 }
 
 /// Writes `bytes` as the whole of file `name` in `dir` so that a crash leaves either the old file (or none) or

@@ -346,7 +346,7 @@ impl Tiered {
         })?;
         let warm = super::local();
         if let Some(w) = &cfg.warm_dir {
-            warm.create_dir_all(w).map_err(|e| io_err(w, e))?;
+            crate::fsutil::ensure_dir(&*warm, w)?;
             let (a, b) = (canonical(&cfg.root), canonical(w));
             if a.starts_with(&b) || b.starts_with(&a) {
                 return Err(io_err(

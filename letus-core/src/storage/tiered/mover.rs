@@ -466,6 +466,18 @@ impl Inner {
                 let cold = self.cold.as_ref().ok_or(Error::Poisoned)?;
                 key = cold.data_key(rel);
                 let want = crc_of(&*src, &src_path, size)?;
+                // A warm copy was verified when it moved there: bytes that changed since (a failing disk) are
+                // not uploaded as the file.
+                if f.tier == Tier::Warm && want != f.crc {
+                    return Err(Error::corrupt(
+                        &src_path,
+                        0,
+                        format!(
+                            "the warm copy's CRC-32 {want:08x} differs from the {:08x} it had when it moved there",
+                            f.crc
+                        ),
+                    ));
+                }
                 cold.upload(&key, src.clone(), size)
                     .map_err(|e| io_err(Path::new(&key), e))?;
                 let got = crc_of_object(cold, &key, size)?;
@@ -597,7 +609,7 @@ impl Inner {
             .and_then(|n| n.to_str())
             .ok_or_else(|| io_err(&path, io::Error::from(io::ErrorKind::InvalidInput)))?;
         let hot = &*self.cfg.hot;
-        hot.create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+        crate::fsutil::ensure_dir(hot, &dir)?;
         drop(crate::fsutil::write_whole_file(hot, &dir, name, &bytes)?);
         if hot.read(&path).map_err(|e| io_err(&path, e))? != bytes {
             return Err(Error::corrupt(
