@@ -475,14 +475,8 @@ impl Store {
             replay_from: (end.file_id, end.offset),
             records,
         })?;
-        fsutil::rename(&*fs, &tmp, &fin)?;
-        for run in runs.values() {
-            fsutil::remove_file(&*fs, &run.path)?;
-        }
-        sync_dir(&*fs, &lsvps_dir)?;
-
-        // What a flush makes durable before its index file counts: the root of `version` and the tombstone
-        // log's marker of it (no key is deleted).
+        // What a flush makes durable before its index file counts (the order of a flush): the root of `version`
+        // and the tombstone log's marker of it (no key is deleted); then the index file is renamed into place.
         let (mut roots_log, _) = RootsLog::open(&*fs, &dir, None)?;
         roots_log.push(&RootEntry {
             version,
@@ -501,6 +495,12 @@ impl Store {
             Some(version),
             &Tombstones::new(),
         )?);
+        fsutil::rename(&*fs, &tmp, &fin)?;
+        for run in runs.values() {
+            fsutil::remove_file(&*fs, &run.path)?;
+        }
+        sync_dir(&*fs, &lsvps_dir)?;
+
         drop(lock);
 
         let store = Store::open(&dir, opts)?;
