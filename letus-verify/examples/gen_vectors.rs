@@ -554,6 +554,8 @@ fn proofs() -> Vec<Value> {
     let mut j11 = pj.clone();
     j11["format"] = json!(2);
     j11["records"] = json!("not an array");
+    let mut j13 = pj.clone();
+    j13["format"] = json!(-1);
     let mut j12 = pj.clone();
     j12["records"][0]["t"] = json!("twig");
     j12["records"].as_array_mut().expect("array").push(json!(5));
@@ -653,6 +655,7 @@ fn proofs() -> Vec<Value> {
         ("json mask of the wrong JSON type", j8, "malformed"),
         ("json record that is not an object", j9, "malformed"),
         ("json record without t", j10, "malformed"),
+        ("json format -1", j13, "unsupported_format"),
         (
             "json format 2 with records not an array",
             j11,

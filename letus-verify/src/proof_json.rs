@@ -51,6 +51,9 @@ pub struct RecordJson {
 pub enum JsonField {
     /// A non-negative integer that fits in 64 bits.
     Int(u64),
+    /// An integer outside `0..=u64::MAX`, clamped into it (a `format` of that value is an unsupported format, not
+    /// a malformed one).
+    OutOfRange(u64),
     /// A string.
     Str(String),
     /// An array.
@@ -64,7 +67,7 @@ pub enum JsonField {
 impl Serialize for JsonField {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            JsonField::Int(n) => s.serialize_u64(*n),
+            JsonField::Int(n) | JsonField::OutOfRange(n) => s.serialize_u64(*n),
             JsonField::Str(t) => s.serialize_str(t),
             JsonField::List(items) => {
                 let mut seq = s.serialize_seq(Some(items.len()))?;
@@ -123,10 +126,18 @@ impl<'de> Visitor<'de> for FieldVisitor {
         Ok(JsonField::Int(v))
     }
     fn visit_i64<E>(self, v: i64) -> Result<JsonField, E> {
-        Ok(u64::try_from(v).map_or(JsonField::Other, JsonField::Int))
+        Ok(u64::try_from(v).map_or(JsonField::OutOfRange(0), JsonField::Int))
     }
-    fn visit_f64<E>(self, _: f64) -> Result<JsonField, E> {
-        Ok(JsonField::Other)
+    fn visit_f64<E>(self, v: f64) -> Result<JsonField, E> {
+        // A parser gives an integer above u64 as a float; one written with a fraction or exponent is not an
+        // integer (SPEC.md §5.5), and below 2^64 it cannot be told from that.
+        Ok(if v.fract() == 0.0 && v >= 18_446_744_073_709_551_616.0 {
+            JsonField::OutOfRange(u64::MAX)
+        } else if v.fract() == 0.0 && v <= -9_223_372_036_854_775_809.0 {
+            JsonField::OutOfRange(0)
+        } else {
+            JsonField::Other
+        })
     }
     fn visit_bool<E>(self, _: bool) -> Result<JsonField, E> {
         Ok(JsonField::Other)
@@ -347,7 +358,9 @@ impl TryFrom<&ProofJson> for Proof {
     fn try_from(j: &ProofJson) -> Result<Proof, DecodeError> {
         match j.format {
             Some(JsonField::Int(f)) if f == u64::from(crate::FORMAT_VERSION) => {}
-            Some(JsonField::Int(f)) => return Err(DecodeError::UnsupportedFormat(f)),
+            Some(JsonField::Int(f) | JsonField::OutOfRange(f)) => {
+                return Err(DecodeError::UnsupportedFormat(f))
+            }
             _ => {
                 return Err(DecodeError::Malformed(
                     "format is missing or not an integer",

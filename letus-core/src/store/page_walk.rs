@@ -72,22 +72,22 @@ impl Level {
 
     /// Moves the pages in memory to the spill file once there are more than `max` (called between holds of the
     /// engine, so that no commit waits for the write).
-    fn spill_if_full(&mut self, e: &Engine) -> Result<()> {
+    fn spill_if_full(&mut self, place: &(crate::storage::SharedStorage, PathBuf)) -> Result<()> {
         if self.mem.len() <= self.max {
             return Ok(());
         }
         let spill = match &mut self.spill {
             Some(s) => s,
             None => {
-                let fs = e.block_cache.shared_storage();
+                let (fs, dir) = place;
                 let n = SPILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let path = e.dir.join("lsvps").join(format!("walk-{n}.tmp"));
+                let path = dir.join(format!("walk-{n}.tmp"));
                 let file = fsutil::AppendFile {
-                    file: fsutil::create_new(&*fs, &path)?,
+                    file: fsutil::create_new(&**fs, &path)?,
                     end: 0,
                 };
                 self.spill.insert(Spill {
-                    fs,
+                    fs: fs.clone(),
                     file,
                     path,
                     pages: 0,
@@ -192,6 +192,11 @@ impl Shared {
     /// `max` pages of a level in memory.
     fn walk_trie(&self, w: &mut Walk<'_>, root_version: Version, max: usize) -> Result<()> {
         let (tid, skip) = (w.tid, w.skip);
+        // Where a level spills (`lsvps/`, on the store's storage).
+        let place = {
+            let e = self.engine();
+            (e.block_cache.shared_storage(), e.dir.join("lsvps"))
+        };
         let mut level = Level::new(max);
         level.mem.push((PageId::ROOT, root_version));
         while level.len() > 0 {
@@ -222,8 +227,8 @@ impl Shared {
                         },
                     )?;
                 }
-                next.spill_if_full(&e)?;
                 drop(e);
+                next.spill_if_full(&place)?;
                 w.pages += batch.len() as u64;
                 done += batch.len() as u64;
                 (w.held)(&PruneProgress {

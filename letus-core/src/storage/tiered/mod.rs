@@ -246,6 +246,9 @@ pub(crate) struct Inner {
     last_error: Mutex<Option<String>>,
     /// Called before an index file moves to the cold tier ([`Tiered::set_before_cold`]).
     before_cold: Mutex<Option<PrepareFn>>,
+    /// Tests: called by a pass after each file it moved or tried to.
+    #[cfg(test)]
+    after_each_move: Mutex<Option<Box<dyn Fn(&Inner) + Send>>>,
 }
 
 /// The newest version reported and whether the mover should stop, and the condition variable it waits on.
@@ -387,6 +390,8 @@ impl Tiered {
             moving_thread: Mutex::new(None),
             last_error: Mutex::new(None),
             before_cold: Mutex::new(None),
+            #[cfg(test)]
+            after_each_move: Mutex::new(None),
             cfg,
         };
         inner.recover()?;
@@ -525,15 +530,25 @@ fn cold_set_body(n: u64, m: &Manifest) -> Vec<u8> {
 }
 
 impl Inner {
-    /// Removes hot file `rel` and its manifest record.
+    /// Removes hot file `rel` and its manifest record; if a move switched the record meanwhile (the copy it made
+    /// is now the file), removes the file where it went.
     fn remove_hot(&self, rel: &str) -> io::Result<()> {
         self.cfg.hot.remove_file(&self.cfg.root.join(rel))?;
-        self.lock_entries().remove(rel);
         let mut m = self.lock_manifest();
-        if m.files.remove(rel).is_some() {
-            m.store(&*self.cfg.hot, &self.cfg.root)
-                .map_err(|e| io::Error::other(e.to_string()))?;
+        match m.files.get(rel) {
+            Some(f) if f.tier != Tier::Hot => {
+                drop(m);
+                return self.forget_moved(rel);
+            }
+            Some(_) => {
+                m.files.remove(rel);
+                m.store(&*self.cfg.hot, &self.cfg.root)
+                    .map_err(|e| io::Error::other(e.to_string()))?;
+            }
+            None => {}
         }
+        drop(m);
+        self.lock_entries().remove(rel);
         Ok(())
     }
 

@@ -345,6 +345,14 @@ impl Inner {
             }
             let result = self.prepare_and_move(&rel, &f, to);
             drop(one);
+            #[cfg(test)]
+            if let Some(f) = &*self
+                .after_each_move
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+            {
+                f(self);
+            }
             // A pass can take many versions (a consolidation and an upload of a large file): files sealed
             // meanwhile are recorded now, so that their age counts from about when they were sealed, not from the
             // next pass.
@@ -563,8 +571,11 @@ impl Inner {
             Tier::Warm => (&self.warm, src_path.parent().map(Path::to_path_buf)),
             _ => (&self.cfg.hot, src_path.parent().map(Path::to_path_buf)),
         };
-        fs.remove_file(&src_path)
-            .map_err(|e| io_err(&src_path, e))?;
+        // Gone already: the engine removed the file while it moved (and then removed the copy too).
+        match fs.remove_file(&src_path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            r => r.map_err(|e| io_err(&src_path, e))?,
+        }
         if let Some(d) = dir {
             fs.sync_dir(&d).map_err(|e| io_err(&d, e))?;
         }
