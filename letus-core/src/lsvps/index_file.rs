@@ -55,6 +55,9 @@ pub const COMPACT_INDEX_VERSION: u32 = 3;
 pub const BASES_ONLY_VERSION: u32 = 4;
 /// Header: `magic [u8;8] | format_version u32 | header_crc u32`.
 pub const HEADER_LEN: u64 = 16;
+/// The most runs of top pages [`IndexFile::hot_ranges`] gives (the tier manifest lists at most 65,535 ranges per
+/// file).
+const MAX_HOT_RUNS: usize = 1024;
 /// Footer (layout in `FORMAT.md §2` §3.5). Its last 16 bytes (`format_version u32 | footer_crc u32 |
 /// magic [u8;8]`) keep their place in every future format version, so any reader can tell "newer format" from
 /// "damaged".
@@ -902,6 +905,11 @@ impl IndexFile {
                     _ => runs.push((e.offset, e.end())),
                 }
             }
+        }
+        // A file of very many tries would give as many runs: neighbours are joined (pinning the records between
+        // them too) until few enough are left for the tier manifest to list each.
+        while runs.len() > MAX_HOT_RUNS {
+            runs = runs.chunks(2).map(|p| (p[0].0, p[p.len() - 1].1)).collect();
         }
         let mut ranges: Vec<(u64, u64)> = runs.into_iter().map(|(s, e)| (s, e - s)).collect();
         ranges.push((self.pages_end, self.size - self.pages_end));
