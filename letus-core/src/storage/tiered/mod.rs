@@ -221,6 +221,10 @@ pub struct TierCounters {
     pub pinned_reads: AtomicU64,
 }
 
+/// Tests: what a pass calls after each file.
+#[cfg(test)]
+type AfterMove = Box<dyn Fn(&Inner) + Send>;
+
 pub(crate) struct Inner {
     /// The hot root's tiers lock, held for the instance's life.
     _lock: LockGuard,
@@ -248,7 +252,7 @@ pub(crate) struct Inner {
     before_cold: Mutex<Option<PrepareFn>>,
     /// Tests: called by a pass after each file it moved or tried to.
     #[cfg(test)]
-    after_each_move: Mutex<Option<Box<dyn Fn(&Inner) + Send>>>,
+    after_each_move: Mutex<Option<AfterMove>>,
 }
 
 /// The newest version reported and whether the mover should stop, and the condition variable it waits on.
