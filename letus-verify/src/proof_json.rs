@@ -82,35 +82,38 @@ impl Serialize for JsonField {
     }
 }
 
+/// An object of the fields that are present, in the order given.
+fn serialize_fields<S: Serializer>(
+    s: S,
+    fields: &[(&str, &Option<JsonField>)],
+) -> Result<S::Ok, S::Error> {
+    let mut map = s.serialize_map(Some(fields.iter().filter(|(_, v)| v.is_some()).count()))?;
+    for (k, v) in fields {
+        if let Some(v) = v {
+            map.serialize_entry(k, v)?;
+        }
+    }
+    map.end()
+}
+
 impl Serialize for RecordJson {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let fields = [
-            ("t", &self.t),
-            ("mask", &self.mask),
-            ("hashes", &self.hashes),
-            ("path", &self.path),
-            ("value_hash", &self.value_hash),
-        ];
-        let mut map = s.serialize_map(Some(fields.iter().filter(|(_, v)| v.is_some()).count()))?;
-        for (k, v) in fields {
-            if let Some(v) = v {
-                map.serialize_entry(k, v)?;
-            }
-        }
-        map.end()
+        serialize_fields(
+            s,
+            &[
+                ("t", &self.t),
+                ("mask", &self.mask),
+                ("hashes", &self.hashes),
+                ("path", &self.path),
+                ("value_hash", &self.value_hash),
+            ],
+        )
     }
 }
 
 impl Serialize for ProofJson {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let fields = [("format", &self.format), ("records", &self.records)];
-        let mut map = s.serialize_map(Some(fields.iter().filter(|(_, v)| v.is_some()).count()))?;
-        for (k, v) in fields {
-            if let Some(v) = v {
-                map.serialize_entry(k, v)?;
-            }
-        }
-        map.end()
+        serialize_fields(s, &[("format", &self.format), ("records", &self.records)])
     }
 }
 
