@@ -132,11 +132,11 @@ impl<'de> Visitor<'de> for FieldVisitor {
         Ok(u64::try_from(v).map_or(JsonField::OutOfRange(0), JsonField::Int))
     }
     fn visit_f64<E>(self, v: f64) -> Result<JsonField, E> {
-        // A parser gives an integer above u64 as a float; one written with a fraction or exponent is not an
-        // integer (SPEC.md §5.5), and below 2^64 it cannot be told from that.
-        Ok(if v.fract() == 0.0 && v >= 18_446_744_073_709_551_616.0 {
+        // A parser gives an integer outside i64 and u64 as a float (every float that large is a whole number); one
+        // written with a fraction or exponent is not an integer (SPEC.md §5.5), and there it cannot be told apart.
+        Ok(if v >= 18_446_744_073_709_551_616.0 {
             JsonField::OutOfRange(u64::MAX)
-        } else if v.fract() == 0.0 && v <= -9_223_372_036_854_775_809.0 {
+        } else if v <= -9_223_372_036_854_775_809.0 {
             JsonField::OutOfRange(0)
         } else {
             JsonField::Other
