@@ -62,6 +62,9 @@ pub enum ApiError {
     BodyTimeout(std::time::Duration),
     /// As many streams (exports) as the node allows are running; the limit is given.
     TooManyStreams(usize),
+    /// The request bodies being received and handled take the whole body budget (`max_buffered_body_bytes`,
+    /// given); the body was not read.
+    TooManyBodies(u64),
     /// A block write failed on an I/O error (the next write reopens the store), or a panic stopped writes until restart.
     Unavailable(String),
     /// A read needed a file in the cold tier (the object store), which cannot be reached now.
@@ -112,6 +115,7 @@ impl ApiError {
             ApiError::NotNext { .. } => (StatusCode::CONFLICT, "version_not_next"),
             ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::TooManyStreams(_) => (StatusCode::SERVICE_UNAVAILABLE, "too_many_streams"),
+            ApiError::TooManyBodies(_) => (StatusCode::SERVICE_UNAVAILABLE, "too_many_bodies"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::TierUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "tier_unavailable"),
             ApiError::WrongShard(_) => (StatusCode::BAD_REQUEST, "wrong_shard"),
@@ -162,6 +166,9 @@ impl ApiError {
             ApiError::TooManyStreams(n) => {
                 format!("{n} streams are running, the most this node serves at once; retry later")
             }
+            ApiError::TooManyBodies(n) => format!(
+                "the request bodies in progress take the whole body budget of {n} bytes; this body was not read: retry later"
+            ),
             ApiError::Unavailable(m) => format!("the store cannot take writes now: {m}"),
             ApiError::TierUnavailable(m) => format!(
                 "the data asked for is in the cold tier, which cannot be reached now ({m}); retry later"
@@ -239,8 +246,9 @@ impl IntoResponse for ApiError {
             },
         };
         let mut res = (status, Json(body)).into_response();
-        if let ApiError::TooManyStreams(_) = self {
-            // A stream ends within the idle timeout of its client's last read, or when it is done.
+        if let ApiError::TooManyStreams(_) | ApiError::TooManyBodies(_) = self {
+            // A stream ends within the idle timeout of its client's last read, or when it is done; a body within
+            // the body timeout.
             res.headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, 1.into());
         }

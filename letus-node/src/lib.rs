@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod blockstore;
+pub mod body_budget;
 pub mod error;
 pub mod export;
 #[doc(hidden)]

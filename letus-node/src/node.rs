@@ -19,6 +19,10 @@ use crate::error::{hex_field, ApiError};
 pub struct NodeLimits {
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
+    /// Most bytes of request bodies held at once, over all requests (at least `max_body_bytes`): a request
+    /// reserves its body's announced length (or `max_body_bytes`) before reading it and holds it until it is
+    /// answered; past it `503 too_many_bodies` (see `body_budget`).
+    pub max_buffered_body_bytes: usize,
     /// Most keys in one multi-proof request.
     pub max_proof_keys: usize,
     /// Most writes in one block, and most keys in its access list.
@@ -46,6 +50,7 @@ impl Default for NodeLimits {
     fn default() -> Self {
         NodeLimits {
             max_body_bytes: 32 << 20,
+            max_buffered_body_bytes: 256 << 20,
             max_proof_keys: 1_000,
             max_block_writes: 100_000,
             max_history: 1_000,
@@ -83,6 +88,8 @@ pub struct Node {
     pub(crate) streams: Arc<tokio::sync::Semaphore>,
     /// Permits for the read requests being computed, `limits.max_concurrent_reads` in all.
     pub(crate) reads: Arc<tokio::sync::Semaphore>,
+    /// The bytes of request bodies held at once (`limits.max_buffered_body_bytes`).
+    pub(crate) bodies: crate::body_budget::BodyBudget,
     /// Reads being computed on async worker threads now (bounded by `server::InlineRead`).
     pub(crate) inline_reads: std::sync::atomic::AtomicUsize,
     /// Set when a panic left a write half-done in a state the node cannot repair in place (inside the block
@@ -268,6 +275,10 @@ impl Node {
                 limits.max_concurrent_reads.max(1),
             )),
             inline_reads: std::sync::atomic::AtomicUsize::new(0),
+            bodies: crate::body_budget::BodyBudget::new(
+                limits.max_buffered_body_bytes,
+                limits.max_body_bytes,
+            ),
             limits,
             wedged: OnceLock::new(),
             tiers: None,

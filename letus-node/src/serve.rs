@@ -18,7 +18,7 @@ use serde::Deserialize;
 /// Options of `letus serve`.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ServeArgs {
-    /// TOML configuration file (keys: data, listen, token, max_body_bytes, memory_budget_bytes, max_replay_millis,
+    /// TOML configuration file (keys: data, listen, token, max_body_bytes, max_buffered_body_bytes, memory_budget_bytes, max_replay_millis,
     /// keep_versions, prune_garbage_ratio, vlog_gc_garbage, max_traceable_blocks, block_segment_bytes, max_proof_keys, header_timeout_secs, body_timeout_secs, stream_idle_timeout_secs, max_streams,
     /// max_concurrent_reads, shutdown_timeout_secs, max_connections, shard_prefixes).
     #[arg(long, env = "LETUS_CONFIG")]
@@ -35,6 +35,10 @@ pub struct ServeArgs {
     /// Largest request body in bytes.
     #[arg(long, env = "LETUS_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// Most bytes of request bodies held at once over all requests (default 256 MiB, at least max_body_bytes):
+    /// past it a request gets `503 too_many_bodies` with its body unread.
+    #[arg(long, env = "LETUS_MAX_BUFFERED_BODY_BYTES")]
+    pub max_buffered_body_bytes: Option<usize>,
     /// The engine's memory budget in bytes (decoded pages, index blocks and unflushed page records together;
     /// default 2 GiB). The state may be far larger: what does not fit is read back from disk.
     #[arg(long, env = "LETUS_MEMORY_BUDGET_BYTES")]
@@ -230,6 +234,7 @@ struct FileConfig {
     listen: Option<String>,
     token: Option<String>,
     max_body_bytes: Option<usize>,
+    max_buffered_body_bytes: Option<usize>,
     memory_budget_bytes: Option<u64>,
     max_replay_millis: Option<u64>,
     keep_versions: Option<u64>,
@@ -291,6 +296,19 @@ fn at_most<T: PartialOrd + std::fmt::Display>(
     }
 }
 
+/// The body budget: the setting, or the default raised to `max_body_bytes`; a setting below `max_body_bytes`
+/// would refuse the largest bodies the node otherwise accepts, so it is an error.
+fn buffered_body_bytes(v: Option<usize>, limits: &NodeLimits) -> Result<usize, String> {
+    match v {
+        Some(b) if b < limits.max_body_bytes => Err(format!(
+            "max_buffered_body_bytes ({b}) must be at least max_body_bytes ({})",
+            limits.max_body_bytes
+        )),
+        Some(b) => Ok(b),
+        None => Ok(limits.max_buffered_body_bytes.max(limits.max_body_bytes)),
+    }
+}
+
 /// The resolved configuration.
 pub struct Config {
     pub static_dirs: Vec<(String, PathBuf)>,
@@ -328,6 +346,11 @@ impl ServeArgs {
         if let Some(b) = self.max_body_bytes.or(file.max_body_bytes) {
             limits.max_body_bytes = b;
         }
+        limits.max_buffered_body_bytes = buffered_body_bytes(
+            self.max_buffered_body_bytes
+                .or(file.max_buffered_body_bytes),
+            &limits,
+        )?;
         if let Some(k) = file.max_proof_keys {
             // A verifier with SPEC.md's default limits checks at most this many claims in one proof (and decodes
             // at most this many terminal records): a node serving larger multi-proofs would serve proofs no client
@@ -790,6 +813,10 @@ pub struct RouteArgs {
     /// Largest request body in bytes.
     #[arg(long, env = "LETUS_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// Most bytes of request bodies held at once over all requests (default 256 MiB, at least max_body_bytes):
+    /// past it a request gets `503 too_many_bodies` with its body unread.
+    #[arg(long, env = "LETUS_MAX_BUFFERED_BODY_BYTES")]
+    pub max_buffered_body_bytes: Option<usize>,
     /// Seconds a request to a shard may take, a commit of the largest block included: a shard that does not answer
     /// within it (cut off, stalled) fails the write with `502 shard_unavailable`.
     #[arg(long, default_value_t = 60)]
@@ -824,6 +851,7 @@ pub fn run_route(args: RouteArgs) -> Result<ExitCode, String> {
     if let Some(b) = args.max_body_bytes {
         limits.max_body_bytes = b;
     }
+    limits.max_buffered_body_bytes = buffered_body_bytes(args.max_buffered_body_bytes, &limits)?;
     limits.body_timeout = Duration::from_secs(args.body_timeout_secs.max(1));
     let settings = ServerSettings {
         header_timeout: Duration::from_secs(args.header_timeout_secs.max(1)),

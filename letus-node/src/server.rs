@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -14,6 +14,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use crate::api::*;
+use crate::body_budget::BodyPermit;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::node::Node;
@@ -258,7 +259,7 @@ async fn write_block(
             )))
         }
     };
-    let req: BlockRequest = authorized_json(&s, req).await?;
+    let (req, _body): (BlockRequest, _) = authorized_json(&s, req).await?;
     let node = s.node.clone();
     let started = Instant::now();
     let r = blocking(move || {
@@ -275,16 +276,19 @@ async fn write_block(
 
 /// The JSON body of a write, read only once its token checked out: a client without it gets its 401 while its
 /// body is still unread (hyper then closes the connection rather than read the rest), so it cannot make the node
-/// buffer anything.
+/// buffer anything or take any of the body budget. The permit is the body's share of that budget: keep it until
+/// the request is answered.
 async fn authorized_json<T: serde::de::DeserializeOwned>(
     s: &AppState,
     req: Request,
-) -> Result<T, ApiError> {
+) -> Result<(T, BodyPermit), ApiError> {
     if !authorized(req.headers(), &s.node.token) {
         return Err(ApiError::Unauthorized);
     }
-    let body = Bytes::from_request(req, s).await;
-    parse_json(body, s.node.limits.max_body_bytes)
+    s.node
+        .bodies
+        .read_json(req, s.node.limits.max_body_bytes)
+        .await
 }
 
 /// `POST /v1/shard/blocks`: a router's part of a block; answers with the shard's tops at the version.
@@ -292,7 +296,7 @@ async fn write_shard_block(
     State(s): State<AppState>,
     req: Request,
 ) -> Result<Json<DigestsResponse>, ApiError> {
-    let req: ShardBlockRequest = authorized_json(&s, req).await?;
+    let (req, _body): (ShardBlockRequest, _) = authorized_json(&s, req).await?;
     let node = s.node.clone();
     let started = Instant::now();
     let r = blocking(move || {
@@ -490,10 +494,14 @@ async fn value_of_empty_key(
 async fn value_post(
     State(s): State<AppState>,
     p: Result<Path<String>, PathRejection>,
-    body: Result<Bytes, BytesRejection>,
+    req: Request,
 ) -> Result<Json<ValueResponse>, ApiError> {
     let tid = tid_param(&path(p)?)?;
-    let req: ValueRequest = parse_json(body, s.node.limits.max_body_bytes)?;
+    let (req, _body): (ValueRequest, _) = s
+        .node
+        .bodies
+        .read_json(req, s.node.limits.max_body_bytes)
+        .await?;
     let node = s.node.clone();
     Ok(Json(
         read(&s.node, move || node.value(tid, &req.key, req.version)).await?,
@@ -504,10 +512,14 @@ async fn value_post(
 async fn history_post(
     State(s): State<AppState>,
     p: Result<Path<String>, PathRejection>,
-    body: Result<Bytes, BytesRejection>,
+    req: Request,
 ) -> Result<Json<HistoryResponse>, ApiError> {
     let tid = tid_param(&path(p)?)?;
-    let req: HistoryRequest = parse_json(body, s.node.limits.max_body_bytes)?;
+    let (req, _body): (HistoryRequest, _) = s
+        .node
+        .bodies
+        .read_json(req, s.node.limits.max_body_bytes)
+        .await?;
     let node = s.node.clone();
     Ok(Json(
         read(&s.node, move || {
@@ -520,10 +532,14 @@ async fn history_post(
 async fn multi_proof(
     State(s): State<AppState>,
     p: Result<Path<String>, PathRejection>,
-    body: Result<Bytes, BytesRejection>,
+    req: Request,
 ) -> Result<Json<MultiProofResponse>, ApiError> {
     let tid = tid_param(&path(p)?)?;
-    let req: MultiProofRequest = parse_json(body, s.node.limits.max_body_bytes)?;
+    let (req, _body): (MultiProofRequest, _) = s
+        .node
+        .bodies
+        .read_json(req, s.node.limits.max_body_bytes)
+        .await?;
     let node = s.node.clone();
     Ok(Json(
         read(&s.node, move || node.multi_proof(tid, req)).await?,
@@ -778,8 +794,7 @@ async fn prune(State(s): State<AppState>, req: Request) -> Result<Json<PruneResp
     if !authorized(req.headers(), &s.node.token) {
         return Err(ApiError::Unauthorized);
     }
-    let body = Bytes::from_request(req, &s).await;
-    let req: PruneRequest = parse_json(body, s.node.limits.max_body_bytes)?;
+    let (req, _body): (PruneRequest, _) = authorized_json(&s, req).await?;
     let node = s.node.clone();
     Ok(Json(
         blocking(move || node.prune(req.keep, req.merge)).await?,

@@ -4,7 +4,8 @@
 //! does not arrive in time is a 408, a head that does not arrive closes the connection; an export whose client
 //! stops reading is dropped after the idle timeout, releasing its thread and its stream permit, and past the
 //! stream limit an export is a 503 with a stable code; an export read at 1 KB/s does not hold up 100 block writes
-//! and still returns exactly its version. A zero timeout or stream limit is refused at start.
+//! and still returns exactly its version; request bodies share one budget, past which a request is refused with its
+//! body unread. A zero timeout or stream limit is refused at start.
 //!
 //! The deadlines below are generous bounds on "finishes", far below what the node would take without the limit
 //! under test (which is for ever, or the 600 s body timeout set where it matters); nothing here times anything.
@@ -485,6 +486,91 @@ async fn slow_heads_and_bodies_time_out_and_shutdown_drops_what_is_left_at_its_d
         .expect("serve returns after its shutdown deadline")
         .unwrap();
     assert_eq!(report, ShutdownReport { dropped: 1 });
+}
+
+/// Reads are public, so their bodies are what anyone can make the node hold: with a body budget of one largest
+/// body, a client sending such a body slowly leaves the next reader `503 too_many_bodies` (body unread, with
+/// `Retry-After`), and once that slow body timed out the budget serves again. A write without a token is still
+/// refused first, taking nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_share_one_budget_and_past_it_a_request_is_refused_unread() {
+    let served = serve_in_process(
+        NodeLimits {
+            max_body_bytes: 64 << 10,
+            max_buffered_body_bytes: 64 << 10,
+            body_timeout: Duration::from_secs(4),
+            ..NodeLimits::default()
+        },
+        ServerSettings::default(),
+    )
+    .await;
+    let addr = served.addr;
+    let node = served.node.clone();
+    tokio::task::spawn_blocking(move || node.write_block(block_request(1, 4, 8)).unwrap())
+        .await
+        .unwrap();
+    let key = hex(b"v1k0");
+    let small = format!("{{\"key\": \"{key}\"}}");
+    let read = format!(
+        "POST /v1/tries/0/value HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{small}",
+        small.len()
+    );
+    let (status, _, _) = request(addr, read.as_bytes()).await;
+    assert_eq!(status, 200);
+
+    // A multi-proof announcing the largest body, sent slowly: it holds the whole budget until its deadline.
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(
+        format!(
+            "POST /v1/tries/0/proofs HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{{\"keys\": [",
+            64 << 10
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    // The slow body's reservation is taken once its head is read; a small read then waits out the budget's
+    // wait and is refused, its body unread.
+    let started = Instant::now();
+    let mut refused = None;
+    while started.elapsed() < Duration::from_secs(3) && refused.is_none() {
+        let (status, head, body) = request(addr, read.as_bytes()).await;
+        if status == 503 {
+            refused = Some((head, body));
+        }
+    }
+    let (head, body) = refused.expect("a read refused while the slow body holds the budget");
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["error"]["code"], "too_many_bodies", "{v}");
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 1"),
+        "{head}"
+    );
+    // A write without a token still gets its 401 at once, whatever the budget.
+    let (status, _, _) = request(
+        addr,
+        format!(
+            "POST /v1/blocks HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+            60 << 10
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 401);
+
+    // The slow body times out (408), which gives its share back.
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), slow.read_to_end(&mut out))
+        .await
+        .expect("the slow body's answer")
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out).starts_with("HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    let (status, _, _) = request(addr, read.as_bytes()).await;
+    assert_eq!(status, 200);
 }
 
 #[test]

@@ -565,6 +565,44 @@ async fn every_documented_status_of_every_route_is_produced() {
         .await,
     );
 
+    // A body that never finishes arriving holds the whole body budget (it announces no length, so it reserves
+    // `max_body_bytes`): every other body is then refused unread, 503 `too_many_bodies`.
+    let (_d3, full) = setup(NodeLimits {
+        max_body_bytes: 4096,
+        max_buffered_body_bytes: 4096,
+        ..NodeLimits::default()
+    });
+    let stalled = tokio_stream::StreamExt::chain(
+        tokio_stream::iter([Ok::<_, std::io::Error>(b"{\"key\": ".to_vec())]),
+        tokio_stream::pending(),
+    );
+    let holder = tokio::spawn(
+        full.clone().oneshot(
+            Request::post("/v1/tries/0/value")
+                .body(Body::from_stream(stalled))
+                .unwrap(),
+        ),
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    produced.extend(
+        run(
+            full.clone(),
+            vec![
+                case("POST", "/v1/tries/0/value", 503, "too_many_bodies")
+                    .json(json!({"key": "00"})),
+                case("POST", "/v1/admin/prune", 503, "too_many_bodies")
+                    .json(json!({"keep": 3}))
+                    .token(),
+                case("POST", "/v1/shard/blocks", 503, "too_many_bodies")
+                    .json(json!({}))
+                    .token(),
+                case("POST", "/v1/admin/prune", 401, "unauthorized").json(json!({"keep": 3})),
+            ],
+        )
+        .await,
+    );
+    holder.abort();
+
     // A pruned node (an index file every commit): below the boundary, `410 pruned`; digests still answer.
     let (_dp, pruned) = {
         let dir = tempfile::tempdir().unwrap();

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
-use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -17,8 +17,8 @@ use crate::api::*;
 use crate::error::ApiError;
 use crate::server::{
     authorized, blocking, blocking_stream, changes_params, chunk_params, history_query,
-    manifest_params, parse_json, path, range, tid_param, trie_and_version, version_param,
-    ChangesQuery, ChunkQuery, FrontierQuery, HistoryQuery, ManifestQuery, RangeQuery, VersionQuery,
+    manifest_params, path, range, tid_param, trie_and_version, version_param, ChangesQuery,
+    ChunkQuery, FrontierQuery, HistoryQuery, ManifestQuery, RangeQuery, VersionQuery,
 };
 
 type S = State<Arc<Router>>;
@@ -137,8 +137,7 @@ async fn write_block(State(r): S, req: Request) -> Result<Json<DigestsResponse>,
     if !authorized(req.headers(), &r.token) {
         return Err(ApiError::Unauthorized);
     }
-    let body = Bytes::from_request(req, &()).await;
-    let req: BlockRequest = parse_json(body, r.limits.max_body_bytes)?;
+    let (req, _body): (BlockRequest, _) = r.bodies.read_json(req, r.limits.max_body_bytes).await?;
     let started = std::time::Instant::now();
     let answer = call(&r, move |r| r.write_block(req)).await;
     if answer.is_ok() {
@@ -214,8 +213,7 @@ async fn request_move(State(r): S, req: Request) -> Result<Response, ApiError> {
     if !authorized(req.headers(), &r.token) {
         return Err(ApiError::Unauthorized);
     }
-    let body = Bytes::from_request(req, &()).await;
-    let req: MoveRequest = parse_json(body, r.limits.max_body_bytes)?;
+    let (req, _body): (MoveRequest, _) = r.bodies.read_json(req, r.limits.max_body_bytes).await?;
     let Json(map) = call(&r, move |r| r.request_move(req)).await?;
     Ok((axum::http::StatusCode::ACCEPTED, Json(map)).into_response())
 }
@@ -296,10 +294,10 @@ async fn value_of_empty_key(
 async fn value_post(
     State(r): S,
     p: Result<Path<String>, PathRejection>,
-    body: Result<Bytes, BytesRejection>,
+    req: Request,
 ) -> Result<Json<ValueResponse>, ApiError> {
     let tid = tid_param(&path(p)?)?;
-    let req: ValueRequest = parse_json(body, r.limits.max_body_bytes)?;
+    let (req, _body): (ValueRequest, _) = r.bodies.read_json(req, r.limits.max_body_bytes).await?;
     read(&r, move |r| r.value(tid, &req.key, req.version))
         .await
         .map(Json)
@@ -325,19 +323,21 @@ async fn history(
 async fn history_post(
     State(r): S,
     p: Result<Path<String>, PathRejection>,
-    body: Result<Bytes, BytesRejection>,
+    req: Request,
 ) -> Result<Json<HistoryResponse>, ApiError> {
     let tid = tid_param(&path(p)?)?;
-    let req: HistoryRequest = parse_json(body, r.limits.max_body_bytes)?;
+    let (req, _body): (HistoryRequest, _) =
+        r.bodies.read_json(req, r.limits.max_body_bytes).await?;
     read(&r, move |r| r.history(tid, req)).await.map(Json)
 }
 
 async fn multi_proof(
     State(r): S,
     p: Result<Path<String>, PathRejection>,
-    body: Result<Bytes, BytesRejection>,
+    req: Request,
 ) -> Result<Json<MultiProofResponse>, ApiError> {
     let tid = tid_param(&path(p)?)?;
-    let req: MultiProofRequest = parse_json(body, r.limits.max_body_bytes)?;
+    let (req, _body): (MultiProofRequest, _) =
+        r.bodies.read_json(req, r.limits.max_body_bytes).await?;
     read(&r, move |r| r.multi_proof(tid, req)).await.map(Json)
 }
