@@ -897,12 +897,9 @@ fn import_while_fetching(
     std::fs::create_dir_all(data).map_err(io(data))?;
     let pairs = manifest.pairs();
     let mut handed_over = 0usize;
-    let store = if pairs == 0 {
-        // The empty trie: nothing to load; a store with one empty commit would carry another history.
-        return Err(JoinError::Config(
-            "the trie is empty at that version: there is nothing to join".into(),
-        ));
-    } else {
+    // A trie empty at the version has a manifest of no entries: the bulk load of no pairs is the empty trie at
+    // that version with the frontier's history, as the source holds it.
+    let store = {
         let items = manifest.items().len();
         let mut next_chunk = 0usize;
         let mut current: Box<dyn Iterator<Item = BulkPair>> = Box::new(std::iter::empty());

@@ -471,3 +471,51 @@ fn an_emptied_trie_imports_with_the_empty_root_and_its_history() {
         (source.history_len, source.history_root)
     );
 }
+
+/// Found by review: a join of a trie that is empty at its version (every key deleted) was refused ("nothing to
+/// join"), although its manifest (no entries) verifies against the empty root. `letus snapshot fetch` and
+/// `letus snapshot import` (a join's steps) now give the trie with the empty root and the source's history.
+#[test]
+fn an_emptied_trie_joins_from_a_snapshot_with_the_empty_root_and_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let mut s = Store::open(src.join("state"), Options::default()).unwrap();
+    for v in 1..=3u64 {
+        s.put(0, format!("k{v}").as_bytes(), b"v").unwrap();
+        s.commit(v).unwrap();
+    }
+    for v in 1..=3u64 {
+        s.delete(0, format!("k{v}").as_bytes()).unwrap();
+    }
+    assert_eq!(s.commit(4).unwrap()[0].root, letus_verify::EMPTY);
+    let source = s.digest(0, 4).unwrap();
+    s.close().unwrap();
+    let (mut node, url) = common::serve(&src, "t");
+    let snap = dir.path().join("snap");
+    let fetched = Command::new(env!("CARGO_BIN_EXE_letus"))
+        .args(["snapshot", "fetch", "--out"])
+        .arg(&snap)
+        .args(["--join", &url, "--join-version", "4", "--trusted-root"])
+        .arg(letus_verify::EMPTY.to_hex())
+        .output()
+        .unwrap();
+    node.kill().unwrap();
+    node.wait().unwrap();
+    assert!(fetched.status.success(), "{}", text(&fetched.stderr));
+    let dst = dir.path().join("dst");
+    let out = Command::new(env!("CARGO_BIN_EXE_letus"))
+        .args(["snapshot", "import", "--dir"])
+        .arg(&snap)
+        .arg("--data")
+        .arg(&dst)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = Store::open(dst.join("state"), Options::default()).unwrap();
+    let d = s.digest(0, 4).unwrap();
+    assert_eq!(d.root, letus_verify::EMPTY);
+    assert_eq!(
+        (d.history_len, d.history_root),
+        (source.history_len, source.history_root)
+    );
+}
