@@ -11,9 +11,10 @@
 //! At 10M accounts a level of the trie holds more than 2^20 pages, past which a prune's walk spills a level to a
 //! scratch file (`store/page_walk.rs`).
 
+mod common;
+
 use clap::Parser;
-use letus_core::{Options, Store};
-use letus_verify::KeyPath;
+use common::account;
 use letus_workload::Rng;
 
 #[derive(Parser)]
@@ -35,23 +36,11 @@ fn main() {
     let a = Args::parse();
     let state = a.dir.join("state");
     let _ = std::fs::remove_dir_all(&state);
-    let account = |i: u64| format!("account-{i:010}").into_bytes();
-    let mut keys: Vec<(KeyPath, u64)> = (0..a.accounts)
-        .map(|i| (KeyPath::of(&account(i)), i))
-        .collect();
-    keys.sort_unstable();
-    let mut it = keys.into_iter();
-    let t = std::time::Instant::now();
-    let mut s = Store::bulk_load(&state, Options::default(), 0, 1, None, || {
-        Ok(it
-            .next()
-            .map(|(_, i)| (account(i), b"balance 100".to_vec())))
-    })
-    .expect("bulk load");
+    let (mut s, took) = common::bulk_accounts(&state, a.accounts);
     println!(
         "bulk load of {} accounts: {:.1} s",
         a.accounts,
-        t.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
     let mut rng = Rng::new(7);
     let last = 1 + a.versions;

@@ -8,9 +8,12 @@
 
 use std::time::Instant;
 
+mod common;
+
 use clap::Parser;
+use common::account;
 use letus_core::{BulkPair, Options, Store};
-use letus_verify::{KeyPath, Limits};
+use letus_verify::Limits;
 
 #[derive(Parser)]
 struct Args {
@@ -31,22 +34,10 @@ struct Args {
 fn main() {
     let a = Args::parse();
     let _ = std::fs::remove_dir_all(&a.dir);
-    let account = |i: u64| format!("account-{i:010}").into_bytes();
-    let mut keys: Vec<(KeyPath, u64)> = (0..a.accounts)
-        .map(|i| (KeyPath::of(&account(i)), i))
-        .collect();
-    keys.sort_unstable();
-    let mut it = keys.into_iter();
-    let t = Instant::now();
-    let mut store = Store::bulk_load(&a.dir, Options::default(), 0, 1, None, || {
-        Ok(it
-            .next()
-            .map(|(_, i)| (account(i), b"balance 100".to_vec())))
-    })
-    .unwrap();
+    let (mut store, took) = common::bulk_accounts(&a.dir, a.accounts);
     println!(
         "bulk load: {:.0} pairs/s",
-        a.accounts as f64 / t.elapsed().as_secs_f64()
+        a.accounts as f64 / took.as_secs_f64()
     );
     let snap = store.snapshot();
     let root = snap.digest(0, 1).unwrap().root;
