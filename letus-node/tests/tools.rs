@@ -454,17 +454,27 @@ fn an_emptied_trie_imports_with_the_empty_root_and_its_history() {
     let file = dir.path().join("t.export");
     let out = letus(&["export", "--out", file.to_str().unwrap()], &src);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let dst = dir.path().join("dst");
+    let file = file.to_str().unwrap();
+    let root = empty.to_hex();
+    assert_empty_and_continued(
+        &dir.path().join("dst"),
+        &["import", "--root", &root, "--file", file],
+        &source,
+    );
+}
+
+/// Runs `letus ARGS --data DST` (an import into DST), then checks that DST's trie 0 at the source digest's version
+/// has the empty root and the source's history.
+fn assert_empty_and_continued(dst: &std::path::Path, args: &[&str], source: &letus_verify::Digest) {
     let out = Command::new(env!("CARGO_BIN_EXE_letus"))
-        .args(["import", "--root", &empty.to_hex(), "--file"])
-        .arg(&file)
+        .args(args)
         .arg("--data")
-        .arg(&dst)
+        .arg(dst)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = Store::open(dst.join("state"), Options::default()).unwrap();
-    let d = s.digest(0, 2).unwrap();
+    let d = s.digest(0, source.version).unwrap();
     assert_eq!(d.root, letus_verify::EMPTY);
     assert_eq!(
         (d.history_len, d.history_root),
@@ -502,20 +512,9 @@ fn an_emptied_trie_joins_from_a_snapshot_with_the_empty_root_and_its_history() {
     node.kill().unwrap();
     node.wait().unwrap();
     assert!(fetched.status.success(), "{}", text(&fetched.stderr));
-    let dst = dir.path().join("dst");
-    let out = Command::new(env!("CARGO_BIN_EXE_letus"))
-        .args(["snapshot", "import", "--dir"])
-        .arg(&snap)
-        .arg("--data")
-        .arg(&dst)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let s = Store::open(dst.join("state"), Options::default()).unwrap();
-    let d = s.digest(0, 4).unwrap();
-    assert_eq!(d.root, letus_verify::EMPTY);
-    assert_eq!(
-        (d.history_len, d.history_root),
-        (source.history_len, source.history_root)
+    assert_empty_and_continued(
+        &dir.path().join("dst"),
+        &["snapshot", "import", "--dir", snap.to_str().unwrap()],
+        &source,
     );
 }
