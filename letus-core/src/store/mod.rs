@@ -107,6 +107,10 @@ macro_rules! read_api {
             /// the entries older than the last one it returned. Anything else that is not the version of one of the
             /// key's entries is [`Error::InvalidCursor`].
             fn history(&self, tid: TrieId, key: &[u8], before: Option<Version>, limit: usize) -> Result<HistoryPage>;
+            /// [`Self::history`] whose page also ends before an entry that would take the value-log records read
+            /// past `max_bytes` (at least one entry is read): a key rewritten often with large values answers in
+            /// pages of bounded size, each with its cursor ([`HistoryPage::next`]).
+            fn history_within(&self, tid: TrieId, key: &[u8], before: Option<Version>, limit: usize, max_bytes: u64) -> Result<HistoryPage>;
         }
     };
 }

@@ -485,6 +485,20 @@ impl View<'_> {
         before: Option<Version>,
         limit: usize,
     ) -> Result<HistoryPage> {
+        self.history_within(tid, key, before, limit, u64::MAX)
+    }
+
+    /// [`Self::history`] that also ends the page before an entry whose record would take the records read past
+    /// `max_bytes` (at least one entry is read): a key rewritten often with large values answers in pages of
+    /// bounded size, each with its cursor.
+    pub(super) fn history_within(
+        &self,
+        tid: TrieId,
+        key: &[u8],
+        before: Option<Version>,
+        limit: usize,
+        max_bytes: u64,
+    ) -> Result<HistoryPage> {
         let path = KeyPath::of(key);
         // Of a pruned store: the entries above the boundary, then the one that holds the key's state at it (a
         // write at or below it); older entries are pruned history.
@@ -542,7 +556,9 @@ impl View<'_> {
                 next: None,
             });
         };
-        let mut recs = self.vdls.history_down_to(start, limit, boundary)?;
+        let mut recs = self
+            .vdls
+            .history_down_to(start, limit, boundary, max_bytes)?;
         if let Some(b) = boundary {
             if let Some(i) = recs.iter().position(|(_, r)| r.version() <= b) {
                 recs.truncate(i + 1);

@@ -430,21 +430,29 @@ impl VdlsReader {
     /// version not above the newer one's; otherwise the walk fails with [`Error::Corrupt`]. (Links always point
     /// strictly backwards, so the walk terminates even without `limit`.)
     pub fn history(&self, loc: Location, limit: usize) -> Result<Vec<(Location, Record)>> {
-        self.history_down_to(loc, limit, None)
+        self.history_down_to(loc, limit, None, u64::MAX)
     }
 
     /// [`VdlsReader::history`] that stops after the first record of a version at or below `floor` (the record
-    /// holding the key's state at a prune boundary: what lies behind it may be gone).
+    /// holding the key's state at a prune boundary: what lies behind it may be gone), and before a record that
+    /// would take the records read past `max_bytes` (their encoded lengths; the first record is always read, so
+    /// that a walk makes progress whatever the bound).
     pub fn history_down_to(
         &self,
         loc: Location,
         limit: usize,
         floor: Option<u64>,
+        max_bytes: u64,
     ) -> Result<Vec<(Location, Record)>> {
         let mut out: Vec<(Location, Record)> = Vec::new();
+        let mut bytes = 0u64;
         let mut next = Some(loc);
         while let Some(l) = next {
             if out.len() >= limit {
+                break;
+            }
+            bytes = bytes.saturating_add(u64::from(l.len));
+            if !out.is_empty() && bytes > max_bytes {
                 break;
             }
             if let (Some(f), Some((_, newer))) = (floor, out.last()) {

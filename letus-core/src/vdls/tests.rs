@@ -679,6 +679,24 @@ fn history_walks() {
     assert_eq!(v.history(locs[5], 2).unwrap().len(), 2);
     assert!(v.history(locs[5], 0).unwrap().is_empty());
     assert_eq!(v.history(locs[0], 10).unwrap().len(), 1);
+    // A byte bound stops before the record that would pass it, but always reads the first.
+    let len = |i: usize| u64::from(locs[i].len);
+    let r = v.reader();
+    assert_eq!(r.history_down_to(locs[5], 100, None, 0).unwrap().len(), 1);
+    let two = len(5) + len(4);
+    assert_eq!(r.history_down_to(locs[5], 100, None, two).unwrap().len(), 2);
+    assert_eq!(
+        r.history_down_to(locs[5], 100, None, two + len(3) - 1)
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        r.history_down_to(locs[5], 100, None, two + len(3))
+            .unwrap()
+            .len(),
+        3
+    );
     // A link to another key's record is corruption.
     let other = w.last[&b"other".to_vec()];
     w.last.insert(b"bad".to_vec(), other);
