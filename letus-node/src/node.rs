@@ -572,6 +572,12 @@ impl Node {
             holds: holds.filter(|h| *h != self.held()),
         };
 
+        // A retry of a version already published is answered without the writer's lock: its block is read (from
+        // the cold tier, maybe) while commits go on. Anything else, including a retry whose block is not found
+        // here, takes the lock and is decided there.
+        if let Some(answer) = self.published_retry(req.version, fingerprint)? {
+            return Ok(answer);
+        }
         let mut store = self.store.lock().map_err(lock_err)?;
         // Checked under the lock: a writer that waited for it behind the one that wedged the node sees it.
         if let Some(why) = self.wedged.get() {
@@ -612,6 +618,33 @@ impl Node {
                 )))
             }
         }
+    }
+
+    /// The answer to a write of `version` when that version is published and its stored block is found: the same
+    /// block (by `fingerprint`) gets the version's digests, another `409 version_conflict`. `None` otherwise.
+    /// The block is located under the block store's lock and read after it, as `GET /v1/blocks/{v}` does.
+    fn published_retry(
+        &self,
+        version: Version,
+        fingerprint: [u8; 32],
+    ) -> Result<Option<DigestsResponse>, ApiError> {
+        let snap = self.reader().snapshot();
+        if snap.version().is_none_or(|latest| version > latest) {
+            return Ok(None);
+        }
+        let at = self.blocks().locate(version);
+        // A read that fails (the tail cut meanwhile, the cold tier down) is left to the locked path to answer.
+        let Some(stored) = at.and_then(|at| at.read().ok()) else {
+            return Ok(None);
+        };
+        if stored.request_hash != fingerprint {
+            return Err(ApiError::Conflict(version));
+        }
+        Ok(Some(DigestsResponse {
+            version,
+            digests: digests_at(&snap, version)?,
+            tops: None,
+        }))
     }
 
     /// The part of [`Node::write_block`] under the store's write lock; `stage` tracks what may be half-done.
@@ -1243,6 +1276,51 @@ mod history_tests {
         }
         assert_eq!(seen, (1..=100).rev().collect::<Vec<_>>());
         assert!(answers >= 7, "{answers}");
+    }
+
+    /// A retry of a published version is answered while the writer's lock is held (by a commit, say): the same
+    /// block gets its digests, another block 409; a version not yet published still waits for the lock.
+    #[test]
+    fn a_retry_of_a_published_version_does_not_wait_for_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = small_bodied(dir.path());
+        let block = |v: u64, value: &str| BlockRequest {
+            version: v,
+            writes: vec![WriteOp {
+                tid: 0,
+                key: "6b".into(),
+                value: Some(value.into()),
+            }],
+            block: Some("00".into()),
+            access_list: vec![],
+        };
+        let first = node.write_block(block(1, "01")).unwrap();
+        node.write_block(block(2, "02")).unwrap();
+        let held = node.store.lock().unwrap();
+        std::thread::scope(|s| {
+            let retry = s.spawn(|| node.write_block(block(1, "01")));
+            let other = s.spawn(|| node.write_block(block(1, "ff")));
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while !(retry.is_finished() && other.is_finished()) && std::time::Instant::now() < until
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            if !(retry.is_finished() && other.is_finished()) {
+                drop(held);
+                panic!("a retry of a published version waited for the writer's lock");
+            }
+            let same = retry.join().unwrap().unwrap();
+            assert_eq!(same.digests, first.digests);
+            assert!(matches!(
+                other.join().unwrap(),
+                Err(crate::error::ApiError::Conflict(1))
+            ));
+            let next = s.spawn(|| node.write_block(block(3, "03")));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(!next.is_finished(), "a new version waits for the writer");
+            drop(held);
+            next.join().unwrap().unwrap();
+        });
     }
 
     /// A multi-proof cannot be paged: one whose values pass the body limit as hex is refused with `too_large`.
