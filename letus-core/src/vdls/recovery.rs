@@ -340,6 +340,15 @@ pub(crate) fn recover(
         }
         fsutil::sync_dir(fs, dir)?;
     }
+    // The last file's groups may have been written and never fsynced (a process killed between its write and its
+    // fsync): they are whole in the page cache, so they were just replayed, and from now on an index file or the
+    // roots log may depend on them. They are made durable before anything does. Earlier files were fsynced when
+    // their successor was created.
+    if let Some(f) = files.last() {
+        if f.compacted.is_none() {
+            f.file.sync_data().map_err(|e| Error::io(&f.path, e))?;
+        }
+    }
     Ok(Recovered {
         files,
         last_version,
