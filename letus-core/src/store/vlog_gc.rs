@@ -178,12 +178,25 @@ impl GcState {
     /// What a compaction of file `id` keeps: `bits` (at a version `s`), and when the boundary is below `s`, the
     /// records of the file that stopped being live above the boundary (`recent` holds only those after a pass
     /// dropped the older ones).
-    fn kept(&self, id: u32, s: Version, bits: &FileLive, boundary: Version) -> FileLive {
+    ///
+    /// `file_len` bounds the locations taken from `recent` (read from the log's tail after an open, so from
+    /// disk): one past the file's end is not a record of it and must not size the bitmap.
+    fn kept(
+        &self,
+        id: u32,
+        s: Version,
+        bits: &FileLive,
+        boundary: Version,
+        file_len: u64,
+    ) -> FileLive {
         let mut kept = bits.clone();
         if boundary < s {
             for (_, dead) in self.recent.iter().filter(|(v, _)| *v > boundary) {
-                for loc in dead.iter().filter(|l| l.file_id == id) {
-                    // Already there when it died after `s`.
+                let within = |l: &&Location| l.offset.saturating_add(u64::from(l.len)) <= file_len;
+                for loc in dead.iter().filter(|l| l.file_id == id).filter(within) {
+                    // Already there when it died after `s`. A record live at `s` has its word in the bitmap
+                    // (which never shrinks): one outside it was not live then, and is not kept (nor may a
+                    // damaged location grow the bitmap).
                     kept.set(*loc, true);
                 }
             }
@@ -343,12 +356,31 @@ impl Shared {
         let dir = self.engine_dir_vdls();
         let mut live: HashMap<u32, FileLive> = HashMap::new();
         let mut twice = false;
+        // Locations come from index files and the tombstone log: one outside the value log's files (a damaged or
+        // hostile file, checksum-valid) is corruption, and must not size a bitmap (an offset of 2^62 would ask
+        // for petabytes and abort the process at every open). Files only grow, and a state refers to none that
+        // GC has deleted.
+        let lens: HashMap<u32, u64> = self
+            .vdls
+            .file_sizes()
+            .into_iter()
+            .map(|f| (f.id, f.len))
+            .collect();
+        let inside = |l: &Location| {
+            lens.get(&l.file_id)
+                .is_some_and(|&n| l.offset.saturating_add(u64::from(l.len)) <= n)
+        };
+        let mut outside: Option<Location> = None;
         let walked = self.walk_pages(
             &roots,
             0,
             &mut |_, p| {
                 for (_, cell) in p.cells {
                     if let Cell::Leaf(l) = cell {
+                        if !inside(&l.loc) {
+                            outside.get_or_insert(l.loc);
+                            continue;
+                        }
                         twice |= !live.entry(l.loc.file_id).or_default().set(l.loc, true);
                     }
                 }
@@ -365,7 +397,18 @@ impl Shared {
         walked?;
         let seed = seed?;
         for l in tombstones {
+            if !inside(&l) {
+                outside.get_or_insert(l);
+                continue;
+            }
             twice |= !live.entry(l.file_id).or_default().set(l, true);
+        }
+        if let Some(l) = outside {
+            return Err(Error::corrupt(
+                dir,
+                l.offset,
+                format!("a leaf or tombstone refers to {l:?}, outside the value log's files"),
+            ));
         }
         if twice {
             return Err(Error::corrupt(
@@ -552,6 +595,12 @@ impl Shared {
 
         // 4. Compact the victims: with their bits once the boundary has passed the version those stand at, with
         //    the records that died since the boundary as well before that.
+        let lens: HashMap<u32, u64> = self
+            .vdls
+            .file_sizes()
+            .into_iter()
+            .map(|f| (f.id, f.len))
+            .collect();
         let ready: Vec<(u32, FileLive)> = {
             let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(b) = boundary {
@@ -560,7 +609,10 @@ impl Shared {
             st.victims
                 .iter()
                 .filter(|(id, (v, _))| st.compactable(**id, *v, boundary, replay_file))
-                .map(|(id, (v, bits))| (*id, st.kept(*id, *v, bits, boundary.unwrap_or(0))))
+                .map(|(id, (v, bits))| {
+                    let len = lens.get(id).copied().unwrap_or(0);
+                    (*id, st.kept(*id, *v, bits, boundary.unwrap_or(0), len))
+                })
                 .collect()
         };
         let mut budget = MAX_COMPACT_BYTES_PER_PASS;
