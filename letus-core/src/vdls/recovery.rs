@@ -529,6 +529,9 @@ pub(super) fn next_record(r: &mut Reader<'_>, file_id: u32, o: u64) -> Result<St
     }
 }
 
+/// The most record bytes [`find_foreign_commit`] checksums before it gives up (and reports corruption).
+const MAX_FOREIGN_SEARCH_BYTES: u64 = 1 << 30;
+
 /// Looks for evidence that acknowledged data follows the damage at `x`: a checksum-valid Commit record after `x`
 /// whose group does not start at `group_start` (the start of the group torn at `x`). Returns its offset.
 /// Checks every byte offset (the damage may have any length), but only computes a checksum where the kind byte
@@ -541,12 +544,29 @@ fn find_foreign_commit(
 ) -> Result<Option<u64>> {
     let min = record::COMMIT_HEADER_LEN as u64;
     let max = (record::COMMIT_HEADER_LEN + record::MAX_PAYLOAD_BYTES) as u64;
+    // Bytes checksummed so far: values can hold anything, and a tail crafted to put a plausible Commit header at
+    // every few bytes would otherwise make this search checksum megabytes per byte of tail, for hours.
+    let mut checked: u64 = 0;
     let mut o = x + 1;
     while o + min <= r.len {
-        let head = r.get(o, KIND_AT + 1)?;
+        let head = r.get(o, record::COMMIT_HEADER_LEN)?;
         if head.get(KIND_AT) == Some(&KIND_COMMIT) {
             let len = record::prefix_len(head).unwrap_or(0) as u64;
-            if (min..=max).contains(&len) && o + len <= r.len {
+            // The payload length, in the header, must account for the rest of the record, before any
+            // checksum is computed.
+            let payload = fsutil::u32_at(head, record::COMMIT_HEADER_LEN - 4).map(u64::from);
+            if (min..=max).contains(&len) && o + len <= r.len && payload == Some(len - min) {
+                checked += len;
+                if checked > MAX_FOREIGN_SEARCH_BYTES {
+                    return Err(Error::corrupt(
+                        r.path,
+                        x,
+                        format!(
+                            "damage at {x} is followed by more candidate commit records than recovery checks \
+                             ({MAX_FOREIGN_SEARCH_BYTES} bytes); whether acknowledged groups follow it cannot be told"
+                        ),
+                    ));
+                }
                 let bytes = r.get(o, len as usize)?;
                 match record::decode(bytes, file_id, o) {
                     Ok(d) => {

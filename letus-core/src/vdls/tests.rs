@@ -568,6 +568,39 @@ fn damage_in_the_last_group_is_a_torn_tail() {
     assert_eq!(v.end(), groups[1].end);
 }
 
+/// Found by review: after damage in the last file, recovery searches the rest of it for a Commit record of a later
+/// group, checksumming each candidate. A tail of values crafted to hold a plausible Commit header every 33 bytes,
+/// each claiming 16 MiB, asked for terabytes of checksums (an open that seemed to hang). The search now stops at
+/// its byte bound with a clear corruption error.
+#[test]
+fn a_tail_of_crafted_commit_headers_stops_the_search_at_its_bound() {
+    let d = TempDir::new().unwrap();
+    build(d.path(), opts(1 << 30), 2);
+    let p = path_of(d.path(), 1);
+    let mut b = fs::read(&p).unwrap();
+    let x = b.len() as u64;
+    b.push(0xff);
+    let len = (record::COMMIT_HEADER_LEN + record::MAX_PAYLOAD_BYTES) as u32;
+    let mut head = Vec::new();
+    head.extend_from_slice(&[0; 4]);
+    head.extend_from_slice(&len.to_le_bytes());
+    head.push(record::KIND_COMMIT);
+    head.extend_from_slice(&[0; 20]);
+    head.extend_from_slice(&(record::MAX_PAYLOAD_BYTES as u32).to_le_bytes());
+    assert_eq!(head.len(), record::COMMIT_HEADER_LEN);
+    while b.len() < (x as usize) + 2 * len as usize {
+        b.extend_from_slice(&head);
+    }
+    fs::write(&p, &b).unwrap();
+    match open_collect(d.path(), opts(1 << 30), Position::START) {
+        Err(Error::Corrupt { offset, what, .. }) => {
+            assert_eq!(offset, x);
+            assert!(what.contains("cannot be told"), "{what}");
+        }
+        other => panic!("{:?}", other.map(|(_, g)| g.len())),
+    }
+}
+
 #[test]
 fn changes_to_earlier_files_are_corrupt() {
     let src = TempDir::new().unwrap();
