@@ -399,6 +399,14 @@ fn open_files(fs: &dyn Storage, dir: &Path, collected: &BTreeSet<u32>) -> Result
             leftovers.push(super::compacted::path(dir, id));
         }
     }
+    // Each compacted file is checked before the original it replaces is removed: a damaged `.vdc` must not take
+    // the intact `.vdl` with it (the open then fails with both files there, for an operator to decide).
+    let mut opened = std::collections::BTreeMap::new();
+    for &id in compacted_ids.iter().filter(|id| !collected.contains(id)) {
+        let path = super::compacted::path(dir, id);
+        let c = super::compacted::open(fs, &path, id)?;
+        opened.insert(id, (path, c));
+    }
     if !leftovers.is_empty() {
         for p in &leftovers {
             fsutil::remove_file(fs, p)?;
@@ -422,9 +430,7 @@ fn open_files(fs: &dyn Storage, dir: &Path, collected: &BTreeSet<u32>) -> Result
             ));
         }
         expected = id.saturating_add(1);
-        if compacted_ids.contains(&id) {
-            let path = super::compacted::path(dir, id);
-            let (file, remap, bytes) = super::compacted::open(fs, &path, id)?;
+        if let Some((path, (file, remap, bytes))) = opened.remove(&id) {
             files.push(DataFile {
                 id,
                 path,

@@ -1187,6 +1187,46 @@ fn format_1_files_are_still_read() {
     assert_eq!(got.len(), flatten(&groups).len());
 }
 
+/// Found by review: an open that finds a data file beside its compaction (a crash between the compaction's rename
+/// and the original's removal) removed the original before it had checked the compaction: a damaged `.vdc` then
+/// took the intact `.vdl` with it. The `.vdc` is now checked first.
+#[test]
+fn a_damaged_compaction_does_not_take_its_original_with_it() {
+    let d = TempDir::new().unwrap();
+    let (groups, v, _) = forty_groups_in_small_files(d.path());
+    let all = flatten(&groups);
+    let victim = all[all.len() / 2].0.file_id;
+    let kept: Vec<Location> = all
+        .iter()
+        .filter(|(l, r)| l.file_id == victim && !matches!(r, Record::Commit { .. }))
+        .map(|(l, _)| *l)
+        .collect();
+    let bytes: u64 = kept.iter().map(|l| u64::from(l.len)).sum();
+    let original = fs::read(path_of(d.path(), victim)).unwrap();
+    v.reader()
+        .compact(
+            victim,
+            &|offset| kept.iter().any(|l| l.offset == offset),
+            bytes,
+        )
+        .unwrap();
+    drop(v);
+    let vdc = compacted::path(d.path(), victim);
+    let good = fs::read(&vdc).unwrap();
+    // The original back beside its compaction, whose header is damaged: the open fails and both stay.
+    fs::write(path_of(d.path(), victim), &original).unwrap();
+    let mut bad = good.clone();
+    bad[20] ^= 1;
+    fs::write(&vdc, &bad).unwrap();
+    assert_corrupt(open_collect(d.path(), opts(300), groups[39].end));
+    assert_eq!(fs::read(path_of(d.path(), victim)).unwrap(), original);
+    // With the compaction whole, the open removes the original and reads through the compaction.
+    fs::write(&vdc, &good).unwrap();
+    let (v, _) = open_collect(d.path(), opts(300), groups[39].end).unwrap();
+    assert!(!path_of(d.path(), victim).exists());
+    assert!(v.read(kept[0]).is_ok());
+}
+
 #[test]
 fn reads_in_stored_order_give_what_single_reads_give() {
     let d = TempDir::new().unwrap();
