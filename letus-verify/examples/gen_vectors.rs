@@ -1028,6 +1028,15 @@ fn digests() -> Vec<Value> {
     cases.push(json_bad("json fractional version", &|d| {
         d["version"] = json!(1.5)
     }));
+    cases.push(json_bad("json digest as an array of its fields", &|d| {
+        *d = json!([
+            d["tid"],
+            d["version"],
+            d["root"],
+            d["history_len"],
+            d["history_root"]
+        ])
+    }));
 
     // Checker scenarios: each step's expected report (SPEC.md §7.1).
     let forked = |d: &Digest, tag: &[u8]| Digest {
@@ -1169,6 +1178,12 @@ fn exports() -> Vec<Value> {
     let mut fmt = s.clone();
     fmt[8] = 2;
     cases.push(case("format 2", &fmt, &t.root(), Err("unsupported_format")));
+    cases.push(case(
+        "format 2 in a stream cut right after it",
+        &fmt[..9],
+        &t.root(),
+        Err("unsupported_format"),
+    ));
     let mut tag = s.clone();
     tag[letus_verify::export::HEADER_LEN] = 0x05;
     cases.push(case(

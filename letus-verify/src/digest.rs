@@ -25,7 +25,10 @@ pub struct Commitment {
 }
 
 /// A digest: a commitment plus the history before it (SPEC.md §7).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Its JSON form deserializes with §7's rules (see the `Deserialize` impl below): an object, every field present
+/// once, and `history_len` not 0, so that no caller can forget [`Digest::validate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Digest {
     /// Trie id.
     pub tid: TrieId,
@@ -122,6 +125,68 @@ impl Digest {
     }
 }
 
+/// SPEC.md §7's JSON form: an object only (a derived impl would also take an array of the fields), each field
+/// once, fields it does not name ignored, and the constraints of [`Digest::validate`].
+impl<'de> Deserialize<'de> for Digest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{Error, IgnoredAny, MapAccess, Visitor};
+
+        struct DigestObject;
+
+        impl<'de> Visitor<'de> for DigestObject {
+            type Value = Digest;
+
+            fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+                f.write_str("a digest object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Digest, A::Error> {
+                let (mut tid, mut version, mut root, mut history_len, mut history_root) =
+                    (None, None, None, None, None);
+                fn once<T, E: Error>(
+                    slot: &mut Option<T>,
+                    v: T,
+                    name: &'static str,
+                ) -> Result<(), E> {
+                    match slot.replace(v) {
+                        Some(_) => Err(E::duplicate_field(name)),
+                        None => Ok(()),
+                    }
+                }
+                while let Some(k) = m.next_key::<String>()? {
+                    match k.as_str() {
+                        "tid" => once(&mut tid, m.next_value()?, "tid")?,
+                        "version" => once(&mut version, m.next_value()?, "version")?,
+                        "root" => once(&mut root, m.next_value()?, "root")?,
+                        "history_len" => once(&mut history_len, m.next_value()?, "history_len")?,
+                        "history_root" => once(&mut history_root, m.next_value()?, "history_root")?,
+                        _ => {
+                            m.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                let d = Digest {
+                    tid: tid.ok_or_else(|| A::Error::missing_field("tid"))?,
+                    version: version.ok_or_else(|| A::Error::missing_field("version"))?,
+                    root: root.ok_or_else(|| A::Error::missing_field("root"))?,
+                    history_len: history_len
+                        .ok_or_else(|| A::Error::missing_field("history_len"))?,
+                    history_root: history_root
+                        .ok_or_else(|| A::Error::missing_field("history_root"))?,
+                };
+                d.validate().map_err(A::Error::custom)?;
+                Ok(d)
+            }
+        }
+
+        d.deserialize_struct(
+            "Digest",
+            &["tid", "version", "root", "history_len", "history_root"],
+            DigestObject,
+        )
+    }
+}
+
 /// Where a digest came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SourceId {
@@ -179,8 +244,11 @@ impl Report {
 /// Digest verification: compares digests from sources and checkpoints (SPEC.md §7.1).
 ///
 /// A digest can only conflict with, or equal, digests of its trie at its version or with its history length, so
-/// the digests seen are indexed by those: an observation costs a few map lookups however many were seen (a light
-/// client observes one or more a block, for as long as it runs).
+/// the digests seen are indexed by those: with agreeing sources an observation costs a few map lookups however
+/// many were seen (a light client observes one or more a block, for as long as it runs). Every distinct digest is
+/// kept, so a source that reports many different digests for one version (each one already reported as a fork)
+/// makes each later observation of that version cost time, and the checker memory, in proportion to them: stop
+/// observing a source once it is reported.
 #[derive(Clone, Debug, Default)]
 pub struct DigestChecker {
     /// Every distinct `(digest, origin)` seen, in arrival order.

@@ -170,6 +170,12 @@ impl ExportReader {
             if avail.get(..seen) != MAGIC.get(..seen) {
                 return Err(DecodeError::BadMagic.into());
             }
+            // And a wrong format as soon as its byte is seen (SPEC.md §9.2: the first problem met, in order).
+            if let Some(&format) = avail.get(MAGIC.len()) {
+                if format != crate::FORMAT_VERSION {
+                    return Err(DecodeError::UnsupportedFormat(u64::from(format)).into());
+                }
+            }
             if avail.len() < HEADER_LEN {
                 return Ok(None);
             }

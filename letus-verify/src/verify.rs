@@ -257,6 +257,13 @@ fn walk<'r>(
                     "branch mask has bits beyond its frontier",
                 ));
             }
+            // What the decoders refuse, refused here too: a `Proof` built in code (its fields are public) must not
+            // pass with hashes that its mask does not account for, or with an empty subtree's hash written.
+            if hashes.len() != mask.count_ones() as usize || hashes.iter().any(Hash::is_empty) {
+                return Err(ProofError::NonCanonical(
+                    "branch hashes do not match its mask, or one is an empty subtree's",
+                ));
+            }
             let mut units = mask.count_ones();
             let mut leaf_units = 0u32;
             let mut children = [EMPTY; 16];

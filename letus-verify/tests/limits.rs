@@ -130,3 +130,40 @@ fn a_proof_holds_at_most_max_keys_terminal_and_64_times_as_many_branch_records()
     let e = Proof::decode(&bytes(&[&[0]], (4 << 20) - 2), &Limits::default()).unwrap_err();
     assert_eq!(e.code(), "too_large");
 }
+
+/// Found by review: a `Proof` built in code (its fields are public) could give a branch more or fewer hashes than
+/// its mask names, or an empty subtree's hash, and the walk padded or ignored them. Only the decoders refused
+/// that; the verifier now does too.
+#[test]
+fn a_branch_built_in_code_must_match_its_mask() {
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..200u32)
+        .map(|i| (i.to_le_bytes().to_vec(), b"v".to_vec()))
+        .collect();
+    let t = ReferenceTrie::from_pairs(pairs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())));
+    let key = 7u32.to_le_bytes();
+    let p = t.prove(&[&key]);
+    let verify = |p: &Proof| verify_proof(&t.root(), &key, Some(b"v"), p, &Limits::default());
+    assert!(verify(&p).is_ok());
+    let at = p
+        .records
+        .iter()
+        .position(
+            |r| matches!(r, letus_verify::Record::Branch { hashes, .. } if !hashes.is_empty()),
+        )
+        .expect("a branch with hashes");
+    type Edit = dyn Fn(&mut Vec<letus_verify::Hash>);
+    let edits: [&Edit; 3] = [
+        &|h| h.push(letus_verify::hash::value_hash(b"extra")),
+        &|h| {
+            h.pop();
+        },
+        &|h| h[0] = letus_verify::EMPTY,
+    ];
+    for edit in edits {
+        let mut bad = p.clone();
+        if let letus_verify::Record::Branch { hashes, .. } = &mut bad.records[at] {
+            edit(hashes);
+        }
+        assert_eq!(verify(&bad).unwrap_err().code(), "non_canonical");
+    }
+}
