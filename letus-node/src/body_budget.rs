@@ -9,8 +9,11 @@
 //! body while it waits for a read permit or the writer. When the budget stays spent for [`BUDGET_WAIT`], the
 //! request gets `503 too_many_bodies` (with `Retry-After`) with its body unread.
 //!
-//! Writes check their token before they reserve anything: a client without it gets its 401 without taking any
-//! of the budget (the issue-11 test of unauthenticated large bodies relies on that).
+//! Requests with the write token (block writes, shard blocks, prunes, moves) reserve from a budget of their own
+//! of the same size, so that anonymous readers, however many, cannot keep the block producer out; and they check
+//! their token before they reserve anything, so a client without it gets its 401 without taking any of either
+//! budget (the issue-11 test of unauthenticated large bodies relies on that). Memory for bodies is therefore at
+//! most twice `max_buffered_body_bytes`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +30,9 @@ use crate::server::parse_json;
 /// requests take (milliseconds for reads), so a wait this long means the budget is taken by slow senders, whose
 /// bodies have `body_timeout` to arrive.
 pub const BUDGET_WAIT: Duration = Duration::from_secs(1);
+
+/// How often a request waiting for the budget looks again.
+const POLL: Duration = Duration::from_millis(5);
 
 /// The budget is counted in KiB: a semaphore takes at most `u32::MAX` permits at once.
 const UNIT: u64 = 1024;
@@ -88,11 +94,21 @@ impl BodyBudget {
             return Ok(BodyPermit(None));
         }
         let units = bytes.div_ceil(UNIT).min(u64::from(self.total)) as u32;
-        match tokio::time::timeout(BUDGET_WAIT, self.units.clone().acquire_many_owned(units)).await
-        {
-            Ok(Ok(p)) => Ok(BodyPermit(Some(p))),
-            Ok(Err(e)) => Err(ApiError::Internal(e.to_string())),
-            Err(_) => Err(ApiError::TooManyBodies(u64::from(self.total) * UNIT)),
+        // Polled, not queued: tokio's semaphore is fair, so one large reservation waiting at the head of its
+        // queue would hold up every small one behind it although they fit.
+        let until = tokio::time::Instant::now() + BUDGET_WAIT;
+        loop {
+            match self.units.clone().try_acquire_many_owned(units) {
+                Ok(p) => return Ok(BodyPermit(Some(p))),
+                Err(tokio::sync::TryAcquireError::Closed) => {
+                    return Err(ApiError::Internal("the body budget is closed".into()))
+                }
+                Err(tokio::sync::TryAcquireError::NoPermits) => {}
+            }
+            if tokio::time::Instant::now() >= until {
+                return Err(ApiError::TooManyBodies(u64::from(self.total) * UNIT));
+            }
+            tokio::time::sleep(POLL).await;
         }
     }
 }
@@ -133,6 +149,23 @@ mod tests {
         assert_eq!(budget.available_bytes(), 0);
         drop(d);
         assert_eq!(budget.available_bytes(), 8 * 1024);
+    }
+
+    #[tokio::test]
+    async fn a_small_reservation_is_not_held_up_behind_a_large_one_waiting() {
+        let budget = BodyBudget::new(8 * 1024, 8 * 1024);
+        let held = budget.reserve(6 * 1024).await.unwrap();
+        let large = {
+            let budget = budget.clone();
+            tokio::spawn(async move { budget.reserve(8 * 1024).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // 2 KiB fit beside the 6 held, whatever waits for the whole budget.
+        let started = tokio::time::Instant::now();
+        let small = budget.reserve(2 * 1024).await.unwrap();
+        assert!(started.elapsed() < BUDGET_WAIT);
+        drop((small, held));
+        assert!(large.await.unwrap().is_ok());
     }
 
     #[test]

@@ -19,9 +19,10 @@ use crate::error::{hex_field, ApiError};
 pub struct NodeLimits {
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
-    /// Most bytes of request bodies held at once, over all requests (at least `max_body_bytes`): a request
-    /// reserves its body's announced length (or `max_body_bytes`) before reading it and holds it until it is
-    /// answered; past it `503 too_many_bodies` (see `body_budget`).
+    /// Most bytes of request bodies held at once (at least `max_body_bytes`), over all public reads, and again
+    /// over all requests with the write token: a request reserves its body's announced length (or
+    /// `max_body_bytes`) before reading it and holds it until it is answered; past it `503 too_many_bodies` (see
+    /// `body_budget`).
     pub max_buffered_body_bytes: usize,
     /// Most keys in one multi-proof request.
     pub max_proof_keys: usize,
@@ -88,8 +89,10 @@ pub struct Node {
     pub(crate) streams: Arc<tokio::sync::Semaphore>,
     /// Permits for the read requests being computed, `limits.max_concurrent_reads` in all.
     pub(crate) reads: Arc<tokio::sync::Semaphore>,
-    /// The bytes of request bodies held at once (`limits.max_buffered_body_bytes`).
+    /// The bytes of request bodies held at once (`limits.max_buffered_body_bytes`): public reads'.
     pub(crate) bodies: crate::body_budget::BodyBudget,
+    /// The same for requests that carry the write token, apart, so that readers cannot keep writes out.
+    pub(crate) write_bodies: crate::body_budget::BodyBudget,
     /// Reads being computed on async worker threads now (bounded by `server::InlineRead`).
     pub(crate) inline_reads: std::sync::atomic::AtomicUsize,
     /// Set when a panic left a write half-done in a state the node cannot repair in place (inside the block
@@ -276,6 +279,10 @@ impl Node {
             )),
             inline_reads: std::sync::atomic::AtomicUsize::new(0),
             bodies: crate::body_budget::BodyBudget::new(
+                limits.max_buffered_body_bytes,
+                limits.max_body_bytes,
+            ),
+            write_bodies: crate::body_budget::BodyBudget::new(
                 limits.max_buffered_body_bytes,
                 limits.max_body_bytes,
             ),

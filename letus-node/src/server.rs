@@ -276,8 +276,8 @@ async fn write_block(
 
 /// The JSON body of a write, read only once its token checked out: a client without it gets its 401 while its
 /// body is still unread (hyper then closes the connection rather than read the rest), so it cannot make the node
-/// buffer anything or take any of the body budget. The permit is the body's share of that budget: keep it until
-/// the request is answered.
+/// buffer anything or take any of the writers' body budget. The permit is the body's share of that budget: keep
+/// it until the request is answered.
 async fn authorized_json<T: serde::de::DeserializeOwned>(
     s: &AppState,
     req: Request,
@@ -286,7 +286,7 @@ async fn authorized_json<T: serde::de::DeserializeOwned>(
         return Err(ApiError::Unauthorized);
     }
     s.node
-        .bodies
+        .write_bodies
         .read_json(req, s.node.limits.max_body_bytes)
         .await
 }

@@ -566,23 +566,27 @@ async fn every_documented_status_of_every_route_is_produced() {
     );
 
     // A body that never finishes arriving holds the whole body budget (it announces no length, so it reserves
-    // `max_body_bytes`): every other body is then refused unread, 503 `too_many_bodies`.
+    // `max_body_bytes`): every other body of its kind is then refused unread, 503 `too_many_bodies`. Public reads
+    // and requests with the write token have budgets of their own: one stalled body holds each.
     let (_d3, full) = setup(NodeLimits {
         max_body_bytes: 4096,
         max_buffered_body_bytes: 4096,
         ..NodeLimits::default()
     });
-    let stalled = tokio_stream::StreamExt::chain(
-        tokio_stream::iter([Ok::<_, std::io::Error>(b"{\"key\": ".to_vec())]),
-        tokio_stream::pending(),
-    );
-    let holder = tokio::spawn(
-        full.clone().oneshot(
-            Request::post("/v1/tries/0/value")
-                .body(Body::from_stream(stalled))
-                .unwrap(),
-        ),
-    );
+    let stalled = || {
+        Body::from_stream(tokio_stream::StreamExt::chain(
+            tokio_stream::iter([Ok::<_, std::io::Error>(b"{\"key\": ".to_vec())]),
+            tokio_stream::pending(),
+        ))
+    };
+    let holders = [
+        Request::post("/v1/tries/0/value").body(stalled()).unwrap(),
+        Request::post("/v1/blocks")
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .body(stalled())
+            .unwrap(),
+    ]
+    .map(|req| tokio::spawn(full.clone().oneshot(req)));
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     produced.extend(
         run(
@@ -601,7 +605,9 @@ async fn every_documented_status_of_every_route_is_produced() {
         )
         .await,
     );
-    holder.abort();
+    for h in holders {
+        h.abort();
+    }
 
     // A pruned node (an index file every commit): below the boundary, `410 pruned`; digests still answer.
     let (_dp, pruned) = {

@@ -3,7 +3,7 @@
 
 use std::vec::Vec;
 
-use crate::error::ProofError;
+use crate::error::{DecodeError, ProofError};
 use crate::fold::{fold_mixed, Frontier};
 use crate::hash::{leaf_hash, value_hash};
 use crate::proof::{Proof, Record};
@@ -257,13 +257,15 @@ fn walk<'r>(
                     "branch mask has bits beyond its frontier",
                 ));
             }
-            // What the decoders refuse, refused here too: a `Proof` built in code (its fields are public) must not
-            // pass with hashes that its mask does not account for, or with an empty subtree's hash written.
-            if hashes.len() != mask.count_ones() as usize || hashes.iter().any(Hash::is_empty) {
-                return Err(ProofError::NonCanonical(
-                    "branch hashes do not match its mask, or one is an empty subtree's",
-                ));
+            // What the decoders refuse, refused here too and with their codes (SPEC.md §5.4, §5.5): a `Proof` built
+            // in code (its fields are public) must not pass with hashes its mask does not account for
+            // (`malformed`), or with an empty subtree's hash written (`non_canonical`).
+            if hashes.len() != mask.count_ones() as usize {
+                return Err(ProofError::Decode(DecodeError::Malformed(
+                    "branch has a hash count other than popcount(mask)",
+                )));
             }
+            crate::proof::check_branch_hashes(hashes)?;
             let mut units = mask.count_ones();
             let mut leaf_units = 0u32;
             let mut children = [EMPTY; 16];

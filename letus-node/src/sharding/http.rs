@@ -137,7 +137,10 @@ async fn write_block(State(r): S, req: Request) -> Result<Json<DigestsResponse>,
     if !authorized(req.headers(), &r.token) {
         return Err(ApiError::Unauthorized);
     }
-    let (req, _body): (BlockRequest, _) = r.bodies.read_json(req, r.limits.max_body_bytes).await?;
+    let (req, _body): (BlockRequest, _) = r
+        .write_bodies
+        .read_json(req, r.limits.max_body_bytes)
+        .await?;
     let started = std::time::Instant::now();
     let answer = call(&r, move |r| r.write_block(req)).await;
     if answer.is_ok() {
@@ -213,7 +216,10 @@ async fn request_move(State(r): S, req: Request) -> Result<Response, ApiError> {
     if !authorized(req.headers(), &r.token) {
         return Err(ApiError::Unauthorized);
     }
-    let (req, _body): (MoveRequest, _) = r.bodies.read_json(req, r.limits.max_body_bytes).await?;
+    let (req, _body): (MoveRequest, _) = r
+        .write_bodies
+        .read_json(req, r.limits.max_body_bytes)
+        .await?;
     let Json(map) = call(&r, move |r| r.request_move(req)).await?;
     Ok((axum::http::StatusCode::ACCEPTED, Json(map)).into_response())
 }

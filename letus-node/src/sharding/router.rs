@@ -456,8 +456,10 @@ pub struct Router {
     /// Permits for the reads being computed (each may hold answers of every shard), `max_concurrent_reads` in
     /// all, as on a node.
     pub reads: Arc<tokio::sync::Semaphore>,
-    /// The bytes of request bodies held at once (`limits.max_buffered_body_bytes`), as on a node.
+    /// The bytes of request bodies held at once (`limits.max_buffered_body_bytes`), as on a node: public reads'.
     pub bodies: crate::body_budget::BodyBudget,
+    /// The same for requests with the write token, apart, as on a node.
+    pub write_bodies: crate::body_budget::BodyBudget,
     tops: Mutex<VecDeque<(Version, VersionTops)>>,
 }
 
@@ -509,10 +511,13 @@ impl Router {
         }
         .filter(|r| pending.as_ref().is_none_or(|p| p.version < r.started));
         let max_streams = cfg.limits.max_streams;
-        let bodies = crate::body_budget::BodyBudget::new(
-            cfg.limits.max_buffered_body_bytes,
-            cfg.limits.max_body_bytes,
-        );
+        let budget = || {
+            crate::body_budget::BodyBudget::new(
+                cfg.limits.max_buffered_body_bytes,
+                cfg.limits.max_body_bytes,
+            )
+        };
+        let (bodies, write_bodies) = (budget(), budget());
         let max_reads = cfg.limits.max_concurrent_reads.max(1);
         let router = Router {
             shards: shard_urls
@@ -546,6 +551,7 @@ impl Router {
             streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             reads: Arc::new(tokio::sync::Semaphore::new(max_reads)),
             bodies,
+            write_bodies,
             tops: Mutex::new(VecDeque::new()),
         };
         let latest = router.finished().latest;
