@@ -254,7 +254,9 @@ fn thousands_of_fault_schedules_lose_nothing_acknowledged() {
 }
 
 /// Found by review: a group written but never fsynced (its process killed between the write and the fsync;
-/// here the fsync fails) is still whole in the page cache, so the next open replays it. That open must make it
+/// here the fsync fails, which `Faulty` models as writes left in the page cache, not durable, as a kill leaves
+/// them; a later successful fsync covers them, which real kernels do not promise after a failed one, FORMAT.md
+/// §1) is still whole in the page cache, so the next open replays it. That open must make it
 /// durable before anything depends on it: a flush then writes an index file and the roots log over that version,
 /// and a power cut that lost the group's bytes would leave an index pointing past the value log's durable end
 /// (a store that does not open) or a version that vanishes.

@@ -232,7 +232,9 @@ impl Store {
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
         let fs = opts.storage.clone();
-        fs.create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        // Created with every missing ancestor's entry fsynced: later directory fsyncs cover the entries inside
+        // the store, not the store's own name.
+        fsutil::ensure_dir(&*fs, &dir)?;
         let lock = lock_dir(&*fs, &dir, LOCK_FILE)?;
         let counters = Arc::new(Counters::default());
         let split = opts.memory_split();
@@ -244,8 +246,7 @@ impl Store {
 
         // LSVPS: every complete index file; temporary files are flushes that never finished.
         let lsvps_dir = dir.join("lsvps");
-        fs.create_dir_all(&lsvps_dir)
-            .map_err(|e| Error::io(&lsvps_dir, e))?;
+        fsutil::ensure_dir(&*fs, &lsvps_dir)?;
         // A prune's manifest names the base files and the boundary (FORMAT.md §2.9): a staged base file it names
         // is renamed into place, one it does not name is a prune that never reached its commit point.
         let pruned = crate::prune_manifest::read(&*fs, &dir)?;

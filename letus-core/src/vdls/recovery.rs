@@ -178,6 +178,17 @@ pub(crate) fn recover(
         }
     }
 
+    // The last file's groups may have been written and never fsynced (a process killed between its write and its
+    // fsync): they are whole in the page cache, so the scan replays them, and a flush during the replay (or any
+    // after the open) makes an index file and the roots log depend on them. They are made durable before the scan
+    // starts. Earlier files were fsynced when their successor was created. (This does not help after an fsync
+    // that failed: the kernel may have marked the pages clean; see FORMAT.md §1.)
+    if let Some(f) = files.last() {
+        if f.compacted.is_none() {
+            f.file.sync_data().map_err(|e| Error::io(&f.path, e))?;
+        }
+    }
+
     // Scan. Records of a group are held until its Commit record proves the group complete, then replayed.
     let last_idx = files.len() - 1;
     let mut last_good = from;
@@ -339,15 +350,6 @@ pub(crate) fn recover(
             }
         }
         fsutil::sync_dir(fs, dir)?;
-    }
-    // The last file's groups may have been written and never fsynced (a process killed between its write and its
-    // fsync): they are whole in the page cache, so they were just replayed, and from now on an index file or the
-    // roots log may depend on them. They are made durable before anything does. Earlier files were fsynced when
-    // their successor was created.
-    if let Some(f) = files.last() {
-        if f.compacted.is_none() {
-            f.file.sync_data().map_err(|e| Error::io(&f.path, e))?;
-        }
     }
     Ok(Recovered {
         files,
