@@ -87,6 +87,26 @@ impl RootsLog {
                     format!("roots log ends before flushed version {k}"),
                 ));
             }
+            // Every commit writes an entry for every trie that has a root, and tries are never dropped: a trie
+            // with an entry before `k` has one at `k`. The entries of `k` were fsynced before its index file was
+            // written, so one missing there is damage (a checksum failure inside `k`'s entries that the loop
+            // above took for a torn append after them), not a torn tail. (An entry of a trie created at `k`
+            // itself cannot be told apart this way.)
+            let at_k: std::collections::BTreeSet<TrieId> = entries
+                .iter()
+                .filter(|e| e.version == k)
+                .map(|e| e.tid)
+                .collect();
+            if let Some(e) = entries.iter().find(|e| !at_k.contains(&e.tid)) {
+                return Err(Error::corrupt(
+                    &path,
+                    end,
+                    format!(
+                        "roots log has no entry of trie {} at flushed version {k} (damaged)",
+                        e.tid
+                    ),
+                ));
+            }
         }
         Ok((RootsLog::cut_at(path, file, end)?, entries))
     }
@@ -262,5 +282,42 @@ mod tests {
         let (_, entries, after) = RootsLog::open_all(&Local, dir.path()).unwrap();
         assert_eq!(entries, written[..1]);
         assert_eq!(after, [written[2], entry(3, 0)]);
+    }
+
+    /// Found by review: damage to an entry of the flushed version other than its first was taken for a torn
+    /// append after it, and the log was cut there, losing that trie's root at the flushed version for good.
+    #[test]
+    fn damage_inside_the_flushed_version_is_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = RootsLog::open(&Local, dir.path(), None).unwrap();
+        for e in [
+            entry(1, 0),
+            entry(1, 1),
+            entry(2, 0),
+            entry(2, 1),
+            entry(3, 0),
+        ] {
+            log.push(&e);
+        }
+        log.sync().unwrap();
+        drop(log);
+        let path = dir.path().join("roots.log");
+        let whole = std::fs::read(&path).unwrap();
+        // The last entry (of version 3, after the flushed 2) torn: cut.
+        let mut bytes = whole.clone();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let (_, entries) = RootsLog::open(&Local, dir.path(), Some(2)).unwrap();
+        assert_eq!(entries.len(), 4);
+        // Trie 1's entry at the flushed version 2 damaged: corruption, and nothing cut.
+        let mut bytes = whole.clone();
+        bytes[HEADER_LEN as usize + 3 * ENTRY_LEN + 5] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(matches!(
+            RootsLog::open(&Local, dir.path(), Some(2)),
+            Err(Error::Corrupt { .. })
+        ));
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
     }
 }

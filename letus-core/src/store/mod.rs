@@ -215,6 +215,24 @@ pub struct Store {
     _lock: crate::storage::LockGuard,
 }
 
+impl Drop for Store {
+    /// The directory lock goes with the store, but the engine lives on in its readers ([`Reader`], [`Snapshot`]),
+    /// and with it a background flush that may still be writing. It ends first: another opener must not work in
+    /// the directory beside it (its open cuts the roots and tombstone logs at the newest index file, and the
+    /// flush's index file, renamed after that, would then name versions those logs no longer hold). The pruner and
+    /// the filler, which also work in the directory, are joined before.
+    fn drop(&mut self) {
+        self.pruner = None;
+        self.filler = None;
+        let _ = self
+            .shared
+            .engine
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .finish_flush();
+    }
+}
+
 /// What [`Store::open`] replayed from the value log (the commits after the newest index file).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Replayed {
