@@ -255,8 +255,8 @@ fn thousands_of_fault_schedules_lose_nothing_acknowledged() {
 
 /// Found by review: a group written but never fsynced (its process killed between the write and the fsync;
 /// here the fsync fails, which `Faulty` models as writes left in the page cache, not durable, as a kill leaves
-/// them; a later successful fsync covers them, which real kernels do not promise after a failed one, FORMAT.md
-/// §1) is still whole in the page cache, so the next open replays it. That open must make it
+/// them; a later successful fsync covers them, which real kernels do not promise after a failed one: the test
+/// below covers that case) is still whole in the page cache, so the next open replays it. That open must make it
 /// durable before anything depends on it: a flush then writes an index file and the roots log over that version,
 /// and a power cut that lost the group's bytes would leave an index pointing past the value log's durable end
 /// (a store that does not open) or a version that vanishes.
@@ -305,6 +305,55 @@ fn a_group_replayed_at_open_is_durable_before_a_flush_depends_on_it() {
         }
     }
     assert!(replayed > 0, "no seed replayed the unsynced group");
+}
+
+/// Found by review: after a commit's fsync failed, the node reopens the store (`Store::reopen`) and the client
+/// retries. The reopen replayed the failed group from the page cache, where after a failed fsync the kernel may
+/// have marked its pages clean (so they never reach the disk), and served that version: the retry was answered
+/// as already written. The reopen now takes the value log back to the end of the last group it wrote and
+/// fsynced, so the retry writes the version again, and it survives a power cut.
+#[test]
+fn a_reopen_after_a_failed_fsync_does_not_serve_the_failed_version() {
+    let reference = reference();
+    for (seed, file_bytes) in [(1u64, 64 * 1024), (2, 1024)] {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = Faulty::new(local(), seed);
+        let o = |fs: &Faulty| Options {
+            storage: fs.shared(),
+            vdls_file_bytes: file_bytes,
+            ..small_options()
+        };
+        let mut s = Store::open(dir.path(), o(&fs)).unwrap();
+        for v in 1..=3 {
+            stage(&mut s, v).unwrap();
+            s.commit(v).unwrap();
+        }
+        stage(&mut s, 4).unwrap();
+        fs.arm(Fault::SyncError, 0);
+        assert!(
+            s.commit(4).is_err(),
+            "file bytes {file_bytes}: the commit's fsync failed"
+        );
+        s.reopen().unwrap();
+        assert_eq!(
+            s.latest_version(),
+            Some(3),
+            "file bytes {file_bytes}: the failed version is not served"
+        );
+        stage(&mut s, 4).unwrap();
+        s.commit(4).unwrap();
+        s.close().unwrap();
+        fs.crash().unwrap();
+        let s = Store::open(dir.path(), o(&fs)).unwrap();
+        assert_eq!(s.latest_version(), Some(4), "file bytes {file_bytes}");
+        for (i, tid) in TRIES.iter().enumerate() {
+            assert_eq!(
+                s.digest(*tid, 4).unwrap(),
+                reference[3][i],
+                "file bytes {file_bytes}"
+            );
+        }
+    }
 }
 
 type Pair = (Vec<u8>, Vec<u8>);

@@ -352,6 +352,7 @@ impl Store {
             VdlsOptions {
                 file_bytes: opts.vdls_file_bytes,
                 sync: opts.sync,
+                up_to: None,
             },
             counters.clone(),
             Position::START,

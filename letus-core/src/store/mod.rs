@@ -248,6 +248,13 @@ impl Store {
     /// Opens the store in `dir` (created if missing), recovering from any crash: the store comes back at its last
     /// committed version with exactly its roots.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
+        Store::open_up_to(dir, opts, None)
+    }
+
+    /// [`Store::open`] whose recovery takes the value log to end at `up_to` at the latest (see
+    /// `VdlsOptions::up_to`): what [`Store::reopen`] passes, the end of the last group this process wrote and
+    /// fsynced.
+    fn open_up_to(dir: impl AsRef<Path>, opts: Options, up_to: Option<Position>) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
         let fs = opts.storage.clone();
         // Created with every missing ancestor's entry fsynced: later directory fsyncs cover the entries inside
@@ -484,6 +491,7 @@ impl Store {
         let vdls_opts = VdlsOptions {
             file_bytes: opts.vdls_file_bytes,
             sync: opts.sync,
+            up_to,
         };
         let vdls = Vdls::open(
             &fs,
@@ -713,7 +721,11 @@ impl Store {
         self.pruner = None;
         self.filler = None;
         self._lock = Box::new(());
-        *self = Store::open(&self.dir, self.limits.clone())?;
+        // The log is taken back to the end of the last group this process wrote and fsynced: after a failed
+        // fsync the kernel may have marked the pages of the failed commit's group clean, so that they are in the
+        // page cache (and would be replayed and served) but never reach the disk.
+        let durable = self.vdls.end();
+        *self = Store::open_up_to(&self.dir, self.limits.clone(), Some(durable))?;
         Ok(())
     }
 

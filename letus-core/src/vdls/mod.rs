@@ -147,6 +147,11 @@ pub struct VdlsOptions {
     /// fdatasync at every commit (default true). `false` only for benchmarks of the CPU path: then a commit is
     /// not durable against an OS crash, and such a crash may even be reported as corruption at open.
     pub sync: bool,
+    /// Recovery takes the log to end here at the latest, and cuts what follows as it cuts a torn tail. A reopen
+    /// in the same process after a failed write knows where its last durable group ended: what the page cache
+    /// holds after it may never reach the disk (after a failed fsync the kernel may have marked those pages
+    /// clean), so it must not be replayed and served. `None` (the default): the whole log.
+    pub up_to: Option<Position>,
 }
 
 impl Default for VdlsOptions {
@@ -154,6 +159,7 @@ impl Default for VdlsOptions {
         VdlsOptions {
             file_bytes: 256 * 1024 * 1024,
             sync: true,
+            up_to: None,
         }
     }
 }
@@ -813,7 +819,7 @@ impl Vdls {
         from: Position,
         replay: impl FnMut(Location, &Record, bool) -> Result<()>,
     ) -> Result<Vdls> {
-        let r = recovery::recover(&**fs, dir, &counters, from, replay)?;
+        let r = recovery::recover(&**fs, dir, &counters, from, opts.up_to, replay)?;
         let end = Position {
             file_id: r.files.last().map_or(1, |f| f.id),
             offset: r.files.last().map_or(HEADER_LEN, |f| f.len),

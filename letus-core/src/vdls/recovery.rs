@@ -42,6 +42,7 @@ pub(crate) fn recover(
     dir: &Path,
     counters: &Counters,
     mut from: Position,
+    up_to: Option<Position>,
     mut replay: impl FnMut(Location, &Record, bool) -> Result<()>,
 ) -> Result<Recovered> {
     fsutil::ensure_dir(fs, dir)?;
@@ -182,7 +183,7 @@ pub(crate) fn recover(
     // fsync): they are whole in the page cache, so the scan replays them, and a flush during the replay (or any
     // after the open) makes an index file and the roots log depend on them. They are made durable before the scan
     // starts. Earlier files were fsynced when their successor was created. (This does not help after an fsync
-    // that failed: the kernel may have marked the pages clean; see FORMAT.md §1.)
+    // that failed, when the kernel may have marked the pages clean: the reopen that follows passes `up_to`.)
     if let Some(f) = files.last() {
         if f.compacted.is_none() {
             f.file.sync_data().map_err(|e| Error::io(&f.path, e))?;
@@ -216,6 +217,16 @@ pub(crate) fn recover(
         let mut group_start = o;
         let mut r = Reader::new(&*f.file, &f.path, f.len, counters);
         while o < f.len {
+            // The end the caller knows to be durable (see `VdlsOptions::up_to`): the rest is cut below.
+            if up_to
+                == Some(Position {
+                    file_id: f.id,
+                    offset: o,
+                })
+                && pending.is_empty()
+            {
+                break 'files;
+            }
             let (d, len) = match next_record(&mut r, f.id, o)? {
                 Step::Record(d, len) => (d, len),
                 Step::Damaged(why) => {
@@ -314,6 +325,16 @@ pub(crate) fn recover(
                 }
             }
             o += u64::from(len);
+        }
+        // `up_to` at the very end of this file: a later file holds only what followed it.
+        if up_to
+            == Some(Position {
+                file_id: f.id,
+                offset: o,
+            })
+            && pending.is_empty()
+        {
+            break 'files;
         }
         if idx != last_idx && !pending.is_empty() {
             // Rotation happens only at commit boundaries, so a file that has a successor ends with a commit.

@@ -18,6 +18,7 @@ fn opts(file_bytes: u64) -> VdlsOptions {
     VdlsOptions {
         file_bytes,
         sync: true,
+        up_to: None,
     }
 }
 
