@@ -1130,3 +1130,42 @@ fn a_snapshot_below_a_later_boundary_answers_pruned_for_history() {
         Err(Error::Pruned { .. })
     ));
 }
+
+/// Found by review: a prune, GC pass or consolidation started through a `Reader` kept running on the old engine
+/// after its `Store` let the directory lock go (dropped, or reopened after an I/O failure), beside the next
+/// opener: a prune that renamed its staged base file could have it deleted by the new open and then write a
+/// manifest naming it, and no open would succeed after. Once the store lets its lock go, they are refused.
+#[test]
+fn maintenance_through_a_reader_stops_when_the_store_lets_its_directory_go() {
+    for reopen in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path(), opts(local())).unwrap();
+        for v in 1..=12 {
+            commit(&mut s, 1, v).unwrap();
+        }
+        s.flush().unwrap();
+        let reader = s.reader();
+        let refused = |reader: &letus_core::Reader| {
+            assert!(
+                matches!(reader.prune(3), Err(Error::Poisoned)),
+                "reopen {reopen}: a prune through the old engine"
+            );
+            assert!(
+                matches!(reader.vlog_gc(), Err(Error::Poisoned)),
+                "reopen {reopen}"
+            );
+        };
+        let s = if reopen {
+            s.reopen().unwrap();
+            refused(&reader);
+            s
+        } else {
+            drop(s);
+            refused(&reader);
+            Store::open(dir.path(), opts(local())).unwrap()
+        };
+        drop(reader);
+        // The store itself prunes as before.
+        assert!(s.prune(3).unwrap().is_some(), "reopen {reopen}");
+    }
+}

@@ -55,6 +55,9 @@ impl Shared {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
         };
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
         let (file, lower, dir, counters, block_cache) = {
             let e = self.engine();
             let Some(i) = e

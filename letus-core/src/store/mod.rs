@@ -220,10 +220,12 @@ impl Drop for Store {
     /// and with it a background flush that may still be writing. It ends first: another opener must not work in
     /// the directory beside it (its open cuts the roots and tombstone logs at the newest index file, and the
     /// flush's index file, renamed after that, would then name versions those logs no longer hold). The pruner and
-    /// the filler, which also work in the directory, are joined before.
+    /// the filler, which also work in the directory, are joined before, and a prune, GC pass or consolidation
+    /// running through a [`Reader`] is waited for; none starts after.
     fn drop(&mut self) {
         self.pruner = None;
         self.filler = None;
+        self.shared.close_maintenance();
         let _ = self
             .shared
             .engine
@@ -617,6 +619,7 @@ impl Store {
                 vdls: vdls.reader().clone(),
                 read_pool,
                 maintenance: std::sync::Mutex::new(()),
+                closed: std::sync::atomic::AtomicBool::new(false),
                 turnstile: std::sync::Mutex::new(()),
                 gc: std::sync::Mutex::default(),
                 prune_status: std::sync::Mutex::default(),
@@ -717,9 +720,11 @@ impl Store {
             .unwrap_or_else(PoisonError::into_inner)
             .finish_flush();
         self.poisoned = true;
-        // A prune running writes in the directory too; it ends first.
+        // A prune running writes in the directory too; it ends first, and so does one started through a reader
+        // (none starts on the old engine after this).
         self.pruner = None;
         self.filler = None;
+        self.shared.close_maintenance();
         self._lock = Box::new(());
         // The log is taken back to the end of the last group this process wrote and fsynced: after a failed
         // fsync the kernel may have marked the pages of the failed commit's group clean, so that they are in the

@@ -137,10 +137,7 @@ impl Shared {
         merge: bool,
         progress: &mut dyn FnMut(&PruneProgress),
     ) -> Result<Option<PruneReport>> {
-        let held = self
-            .maintenance
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let held = self.maintenance()?;
         let started = std::time::Instant::now();
         let status = |p: Option<PruneProgress>| {
             *self

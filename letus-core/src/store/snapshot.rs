@@ -9,8 +9,12 @@ pub(super) struct Shared {
     /// The pool `get_many` issues its reads on (see [`Options::read_threads`]).
     pub(super) read_pool: rayon::ThreadPool,
     /// Held by what replaces index files (consolidations, prunes), so that one never replaces a file another is
-    /// rewriting.
+    /// rewriting. Taken through [`Shared::maintenance`], which refuses once the store closed.
     pub(super) maintenance: std::sync::Mutex<()>,
+    /// Set (under `maintenance`) when the [`Store`](super::Store) that owns the directory lock lets it go: a
+    /// prune, GC pass or consolidation started through a [`Reader`] after that would work in a directory that
+    /// another opener may own by then.
+    pub(super) closed: std::sync::atomic::AtomicBool,
     /// Taken by the writer while it waits for the engine exclusively, and passed through by background walks
     /// (prunes, consolidations) before each hold: a walk that takes the engine again and again would otherwise
     /// keep a commit from publishing for as long as it runs (measured: 100-220 ms waits behind a prune).
@@ -28,6 +32,28 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// The maintenance lock (prunes, GC passes, consolidations), or [`Error::Poisoned`] once the store closed.
+    pub(super) fn maintenance(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
+        let held = self
+            .maintenance
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        Ok(held)
+    }
+
+    /// Waits for the maintenance running now and refuses any after it: the store is letting its directory go.
+    pub(super) fn close_maintenance(&self) {
+        let _held = self
+            .maintenance
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// The engine for reading. A panic while the writer held the lock leaves it poisoned; readers go on reading
     /// what was published (the writer refuses further commits, see [`Store::commit`]).
     pub(super) fn engine(&self) -> RwLockReadGuard<'_, Engine> {

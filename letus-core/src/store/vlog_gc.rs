@@ -520,10 +520,7 @@ impl Shared {
     /// walk, the first time after an open); retire the sealed files with none; choose victims; and compact the
     /// victims the boundary has passed.
     pub(super) fn vlog_gc(&self, pass: GcPass) -> Result<GcReport> {
-        let held = self
-            .maintenance
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let held = self.maintenance()?;
         /// Says a pass is running while it is held (passes run one at a time, under `maintenance`).
         struct Running<'a>(&'a std::sync::atomic::AtomicBool);
         impl Drop for Running<'_> {
