@@ -253,6 +253,19 @@ fn thousands_of_fault_schedules_lose_nothing_acknowledged() {
     }
 }
 
+/// A store in `dir` on `fs` with versions 1 to 3, whose commit of version 4 failed at its fsync.
+fn four_with_a_failed_fsync(dir: &std::path::Path, fs: &Faulty, o: Options) -> Store {
+    let mut s = Store::open(dir, o).unwrap();
+    for v in 1..=3 {
+        stage(&mut s, v).unwrap();
+        s.commit(v).unwrap();
+    }
+    stage(&mut s, 4).unwrap();
+    fs.arm(Fault::SyncError, 0);
+    assert!(s.commit(4).is_err(), "the commit's fsync failed");
+    s
+}
+
 /// Found by review: a group written but never fsynced (its process killed between the write and the fsync;
 /// here the fsync fails, which `Faulty` models as writes left in the page cache, not durable, as a kill leaves
 /// them; a later successful fsync covers them, which real kernels do not promise after a failed one: the test
@@ -271,18 +284,7 @@ fn a_group_replayed_at_open_is_durable_before_a_flush_depends_on_it() {
             storage: fs.shared(),
             ..small_options()
         };
-        let mut s = Store::open(dir.path(), o(&fs)).unwrap();
-        for v in 1..=3 {
-            stage(&mut s, v).unwrap();
-            s.commit(v).unwrap();
-        }
-        stage(&mut s, 4).unwrap();
-        fs.arm(Fault::SyncError, 0);
-        assert!(
-            s.commit(4).is_err(),
-            "seed {seed}: the commit's fsync failed"
-        );
-        drop(s);
+        drop(four_with_a_failed_fsync(dir.path(), &fs, o(&fs)));
         fs.heal();
         let mut s = Store::open(dir.path(), o(&fs)).unwrap();
         let latest = s.latest_version();
@@ -323,17 +325,7 @@ fn a_reopen_after_a_failed_fsync_does_not_serve_the_failed_version() {
             vdls_file_bytes: file_bytes,
             ..small_options()
         };
-        let mut s = Store::open(dir.path(), o(&fs)).unwrap();
-        for v in 1..=3 {
-            stage(&mut s, v).unwrap();
-            s.commit(v).unwrap();
-        }
-        stage(&mut s, 4).unwrap();
-        fs.arm(Fault::SyncError, 0);
-        assert!(
-            s.commit(4).is_err(),
-            "file bytes {file_bytes}: the commit's fsync failed"
-        );
+        let mut s = four_with_a_failed_fsync(dir.path(), &fs, o(&fs));
         s.reopen().unwrap();
         assert_eq!(
             s.latest_version(),

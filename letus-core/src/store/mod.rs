@@ -223,15 +223,7 @@ impl Drop for Store {
     /// the filler, which also work in the directory, are joined before, and a prune, GC pass or consolidation
     /// running through a [`Reader`] is waited for; none starts after.
     fn drop(&mut self) {
-        self.pruner = None;
-        self.filler = None;
-        self.shared.close_maintenance();
-        let _ = self
-            .shared
-            .engine
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .finish_flush();
+        self.stop_directory_work();
     }
 }
 
@@ -711,20 +703,11 @@ impl Store {
     /// Drop them and take a new [`Store::reader`] after a reopen. If the device still fails, the error is
     /// returned and the store stays poisoned (the call can be repeated); in between, the lock is not held.
     pub fn reopen(&mut self) -> Result<()> {
-        // A running flush must end before the directory is opened again (the open deletes `.tmp` files); its
-        // result is the failure being recovered from, or one the reopen will meet again.
-        let _ = self
-            .shared
-            .engine
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .finish_flush();
+        // Nothing of the old engine may still write in the directory when it is opened again (the open deletes
+        // `.tmp` files and cuts the logs). A running flush's result is the failure being recovered from, or one
+        // the reopen will meet again.
+        self.stop_directory_work();
         self.poisoned = true;
-        // A prune running writes in the directory too; it ends first, and so does one started through a reader
-        // (none starts on the old engine after this).
-        self.pruner = None;
-        self.filler = None;
-        self.shared.close_maintenance();
         self._lock = Box::new(());
         // The log is taken back to the end of the last group this process wrote and fsynced: after a failed
         // fsync the kernel may have marked the pages of the failed commit's group clean, so that they are in the
@@ -732,6 +715,21 @@ impl Store {
         let durable = self.vdls.end();
         *self = Store::open_up_to(&self.dir, self.limits.clone(), Some(durable))?;
         Ok(())
+    }
+
+    /// Ends everything of this engine that writes in the directory, before the directory lock goes (a drop or a
+    /// reopen): the pruner and the filler are joined, a prune, GC pass or consolidation running through a
+    /// [`Reader`] is waited for and none starts after, and a background flush is finished.
+    fn stop_directory_work(&mut self) {
+        self.pruner = None;
+        self.filler = None;
+        self.shared.close_maintenance();
+        let _ = self
+            .shared
+            .engine
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .finish_flush();
     }
 
     /// Whether a failed commit left the store unusable until it is reopened. A commit that fails this way may

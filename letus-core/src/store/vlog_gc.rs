@@ -331,6 +331,16 @@ const MAX_SEED_SCAN_BYTES: u64 = 1 << 30;
 const MAX_COMPACT_BYTES_PER_PASS: u64 = 256 << 20;
 
 impl Shared {
+    /// Each data file's committed length (a compacted file's is its original's): what bounds the locations read
+    /// from disk before they size anything.
+    fn file_lens(&self) -> HashMap<u32, u64> {
+        self.vdls
+            .file_sizes()
+            .into_iter()
+            .map(|f| (f.id, f.len))
+            .collect()
+    }
+
     /// Finds the live bytes per data file by a walk of the state at the newest version, and installs them: the
     /// commits that publish meanwhile are recorded (see [`Shared::gc_committed`]) and applied after it, in the
     /// same hold of the GC state that installs the figures, so none is missed. Returns whether there was a state.
@@ -360,12 +370,7 @@ impl Shared {
         // hostile file, checksum-valid) is corruption, and must not size a bitmap (an offset of 2^62 would ask
         // for petabytes and abort the process at every open). Files only grow, and a state refers to none that
         // GC has deleted.
-        let lens: HashMap<u32, u64> = self
-            .vdls
-            .file_sizes()
-            .into_iter()
-            .map(|f| (f.id, f.len))
-            .collect();
+        let lens = self.file_lens();
         let inside = |l: &Location| {
             lens.get(&l.file_id)
                 .is_some_and(|&n| l.offset.saturating_add(u64::from(l.len)) <= n)
@@ -592,12 +597,7 @@ impl Shared {
 
         // 4. Compact the victims: with their bits once the boundary has passed the version those stand at, with
         //    the records that died since the boundary as well before that.
-        let lens: HashMap<u32, u64> = self
-            .vdls
-            .file_sizes()
-            .into_iter()
-            .map(|f| (f.id, f.len))
-            .collect();
+        let lens = self.file_lens();
         let ready: Vec<(u32, FileLive)> = {
             let mut st = self.gc.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(b) = boundary {

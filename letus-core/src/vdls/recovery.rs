@@ -192,6 +192,10 @@ pub(crate) fn recover(
 
     // Scan. Records of a group are held until its Commit record proves the group complete, then replayed.
     let last_idx = files.len() - 1;
+    // Whether the scan is at `up_to`, between groups: the end the caller knows to be durable.
+    let stops_at = |file_id: u32, offset: u64, pending: &[(Location, Record, bool)]| {
+        up_to == Some(Position { file_id, offset }) && pending.is_empty()
+    };
     let mut last_good = from;
     let mut last_version: Option<u64> = None;
     let mut pending: Vec<(Location, Record, bool)> = Vec::new();
@@ -218,13 +222,7 @@ pub(crate) fn recover(
         let mut r = Reader::new(&*f.file, &f.path, f.len, counters);
         while o < f.len {
             // The end the caller knows to be durable (see `VdlsOptions::up_to`): the rest is cut below.
-            if up_to
-                == Some(Position {
-                    file_id: f.id,
-                    offset: o,
-                })
-                && pending.is_empty()
-            {
+            if stops_at(f.id, o, &pending) {
                 break 'files;
             }
             let (d, len) = match next_record(&mut r, f.id, o)? {
@@ -327,13 +325,7 @@ pub(crate) fn recover(
             o += u64::from(len);
         }
         // `up_to` at the very end of this file: a later file holds only what followed it.
-        if up_to
-            == Some(Position {
-                file_id: f.id,
-                offset: o,
-            })
-            && pending.is_empty()
-        {
+        if stops_at(f.id, o, &pending) {
             break 'files;
         }
         if idx != last_idx && !pending.is_empty() {
